@@ -1,0 +1,47 @@
+# The two commands a newcomer needs: `make demo` and `make test`. Each creates .venv and
+# installs on first use. `make check` = lint + types + import contracts + tests.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: install services demo test check lint types imports unit bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+services:
+	@bash scripts/services.sh
+
+demo: install
+	$(BIN)/sluice demo
+
+lint: install
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+types: install
+	$(BIN)/mypy
+
+imports: install
+	$(BIN)/lint-imports
+
+test: install services lint types imports
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+check: test
+
+unit: install
+	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+
+bench: install services
+	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist

@@ -1,0 +1,75 @@
+"""sluiceway — move data out of operational databases reliably and in order.
+
+Public API (everything else is internal)::
+
+    from sluiceway import OutboxRecord, Stasher            # write outbox rows in your transaction
+    from sluiceway import Harvest, HarvestConfig           # the MP/R harvester (embedded)
+    from sluiceway import Journal                          # the embedded durable log
+    from sluiceway import Feed, FeedWorker                 # the database-backed work feed
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sluiceway.errors import (
+    ConfigError,
+    DatabaseError,
+    DatabaseUnavailableError,
+    InvalidIdentifierError,
+    InvalidRecordError,
+    InvariantViolation,
+    LeadershipError,
+    PublishError,
+    SluicewayError,
+    UnsupportedDsnError,
+)
+from sluiceway.outbox import OutboxRecord, PreparedStash, Stasher
+
+__version__ = "0.1.0"
+
+# Heavier parts load on first use, so `import sluiceway` stays cheap for a service that only stashes.
+_LAZY = {
+    "Harvest": "sluiceway.harvest",
+    "HarvestConfig": "sluiceway.harvest",
+    "Journal": "sluiceway.journal",
+    "Feed": "sluiceway.feed",
+    "FeedWorker": "sluiceway.feed",
+    "Pipeline": "sluiceway.pipeline",
+    "PipelineSpec": "sluiceway.pipeline",
+}
+
+__all__ = [
+    "ConfigError",
+    "DatabaseError",
+    "DatabaseUnavailableError",
+    "Feed",
+    "FeedWorker",
+    "Harvest",
+    "HarvestConfig",
+    "InvalidIdentifierError",
+    "InvalidRecordError",
+    "InvariantViolation",
+    "Journal",
+    "LeadershipError",
+    "OutboxRecord",
+    "Pipeline",
+    "PipelineSpec",
+    "PreparedStash",
+    "PublishError",
+    "SluicewayError",
+    "Stasher",
+    "UnsupportedDsnError",
+    "__version__",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sluiceway' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,65 @@
+"""``sluice outbox``: create and inspect outbox tables."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from sluiceway.cli.common import console, friendly_errors
+from sluiceway.db import Database
+from sluiceway.outbox import discover, init_outbox, outbox_stats
+
+app = typer.Typer(
+    help="Create and inspect outbox tables.\n\nExample: sluice outbox init --dsn sqlite:///app.db",
+    no_args_is_help=True,
+)
+
+DSN_HELP = (
+    "Data source: libpq string / postgresql:// URL, sqlite:///path.db or mysql://user:pass@host:port/db"
+)
+
+
+@app.command("init")
+@friendly_errors
+def init(
+    dsn: str = typer.Option(..., "--dsn", help=DSN_HELP),
+    table: str = typer.Option("outbox", "--table", help="Outbox table name (schema.table allowed)."),
+    partition_column: bool = typer.Option(
+        False, "--partition-column", help="Add kafka_partition (explicit partition)."
+    ),
+    binary_value: bool = typer.Option(False, "--binary-value", help="Make kafka_value binary (bytea/BLOB)."),
+) -> None:
+    """Create the outbox table, its indexes and its dead-letter table (idempotent).
+
+    Example: sluice outbox init --dsn postgresql://postgres@127.0.0.1/app --table outbox
+    """
+    with Database(dsn) as db:
+        layout = init_outbox(db, table, partition_column=partition_column, binary_value=binary_value)
+    extras = [
+        name
+        for name, on in (("kafka_partition", layout.has_partition), ("binary value", layout.binary_value))
+        if on
+    ]
+    suffix = f" (with {', '.join(extras)})" if extras else ""
+    console.print(f"outbox table [bold]{layout.table}[/] and [bold]{layout.dead_table}[/] ready{suffix}")
+
+
+@app.command("stats")
+@friendly_errors
+def stats(
+    dsn: str = typer.Option(..., "--dsn", help=DSN_HELP),
+    table: str = typer.Option("outbox", "--table", help="Outbox table name."),
+) -> None:
+    """Print row count, oldest row age, rows marked (in flight) and dead letters.
+
+    Example: sluice outbox stats --dsn sqlite:///app.db
+    """
+    with Database(dsn) as db:
+        layout = discover(db, table)
+        s = outbox_stats(db, layout)
+    grid = Table(title=f"outbox {layout.table}", show_header=False)
+    grid.add_row("rows", str(s.rows))
+    grid.add_row("oldest row age", "-" if s.oldest_age_seconds is None else f"{s.oldest_age_seconds:.3f}s")
+    grid.add_row("rows marked", str(s.marked))
+    grid.add_row("dead letters", str(s.dead))
+    console.print(grid)

@@ -1,0 +1,122 @@
+"""Reading configuration at the edge: YAML + ``${ENV}`` interpolation → validated pydantic models.
+
+Errors name the field path (``harvest.limits.sendBuffer``) and what was expected; unknown keys
+are reported, never silently ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from sluiceway.errors import ConfigError
+
+M = TypeVar("M", bound=BaseModel)
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def interpolate(value: Any, env: Mapping[str, str] | None = None, path: str = "") -> Any:
+    """Replace ``${VAR}`` / ``${VAR:-default}`` in every string of a parsed YAML tree."""
+    env = os.environ if env is None else env
+    if isinstance(value, str):
+
+        def sub(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in env:
+                return env[name]
+            if default is not None:
+                return default
+            raise ConfigError(
+                f"environment variable ${{{name}}} is not set (and has no :-default)", path=path
+            )
+
+        return _VAR.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: interpolate(v, env, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, env, f"{path}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def parse_duration(value: Any, *, path: str = "") -> float:
+    """Seconds from a Go-style duration (``500ms``, ``1m30s``) or a number of seconds."""
+    if isinstance(value, bool):
+        raise ConfigError(f"expected a duration like '500ms' or '5s', got {value!r}", path=path)
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ConfigError(f"must not be negative, got {value!r}", path=path)
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if text == "0":
+            return 0.0
+        pos, total = 0, 0.0
+        for match in _DURATION_PART.finditer(text):
+            if match.start() != pos:
+                break
+            total += float(match.group(1)) * _UNITS[match.group(2)]
+            pos = match.end()
+        if pos == len(text) and pos > 0:
+            return total
+    raise ConfigError(f"expected a duration like '500ms', '5s' or '1m30s', got {value!r}", path=path)
+
+
+def format_validation_error(exc: ValidationError, source: str = "") -> ConfigError:
+    problems = []
+    first_path = ""
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+        first_path = first_path or loc
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key (not a recognised setting; check its spelling and indentation)"
+        elif err["type"] == "missing":
+            msg = "required but missing"
+        else:
+            msg = err["msg"]
+            if msg.startswith("Value error, "):
+                msg = msg[len("Value error, ") :]
+            if "input" in err and err["type"] not in ("value_error",):
+                msg += f" (got {err['input']!r})"
+        problems.append(f"{loc}: {msg}" if loc else msg)
+    text = problems[0] if len(problems) == 1 else "; ".join(problems)
+    err_obj = ConfigError(f"invalid configuration: {text}", source=source)
+    err_obj.path = first_path
+    return err_obj
+
+
+def load_yaml(path: str | Path) -> Any:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration file: {exc.strerror}", source=str(p)) from exc
+    try:
+        return yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"not valid YAML: {exc}", source=str(p)) from exc
+
+
+def validate(model: type[M], data: Any, *, source: str = "", env: Mapping[str, str] | None = None) -> M:
+    """Interpolate environment variables into ``data`` and validate it as ``model``."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"expected a mapping at the top level, got {type(data).__name__}", source=source)
+    try:
+        return model.model_validate(interpolate(data, env))
+    except ConfigError as exc:
+        exc.source = exc.source or source
+        raise ConfigError(exc.problem, path=exc.path, source=source) from None
+    except ValidationError as exc:
+        raise format_validation_error(exc, source) from None
+
+
+def load_file(model: type[M], path: str | Path, *, env: Mapping[str, str] | None = None) -> M:
+    return validate(model, load_yaml(path), source=str(path), env=env)

@@ -1,0 +1,19 @@
+"""Database dialects: DSN parsing, connections, named SQL and identifier quoting."""
+
+from sluiceway.db.connection import Database, map_db_error
+from sluiceway.db.dsn import DataSource, Dialect, parse_dsn
+from sluiceway.db.identifiers import check_identifier, quote_identifier
+from sluiceway.db.queries import QuerySet, load_queries, parse_blocks
+
+__all__ = [
+    "DataSource",
+    "Database",
+    "Dialect",
+    "QuerySet",
+    "check_identifier",
+    "load_queries",
+    "map_db_error",
+    "parse_blocks",
+    "parse_dsn",
+    "quote_identifier",
+]

@@ -1,0 +1,1 @@
+"""Leader election behind one small protocol: Kafka (NELI) or a database lease."""

@@ -1,0 +1,64 @@
+"""One exception tree for the whole package.
+
+Every error sluiceway raises on purpose derives from :class:`SluicewayError`. Driver errors
+(psycopg, PyMySQL, sqlite3, librdkafka) are mapped at the adapter edge with ``raise … from exc``
+so callers can catch one root and still reach the original cause.
+"""
+
+from __future__ import annotations
+
+
+class SluicewayError(Exception):
+    """Root of every error raised by sluiceway."""
+
+
+class ConfigError(SluicewayError):
+    """A configuration file or value is invalid.
+
+    ``path`` names the offending field (``limits.sendBuffer``), ``problem`` says what was expected.
+    """
+
+    def __init__(self, problem: str, *, path: str = "", source: str = "") -> None:
+        self.path = path
+        self.problem = problem
+        self.source = source
+        where = f"{source}: " if source else ""
+        field = f"{path}: " if path else ""
+        super().__init__(f"{where}{field}{problem}")
+
+
+class InvalidIdentifierError(ConfigError):
+    """A table or other SQL identifier from configuration does not match the allowed pattern."""
+
+
+class UnsupportedDsnError(ConfigError):
+    """The data source string names no dialect sluiceway supports."""
+
+
+class InvalidRecordError(SluicewayError):
+    """An outbox record was rejected before anything was written."""
+
+    def __init__(self, problem: str, *, field: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"invalid outbox record: {field}: {problem}")
+
+
+class DatabaseError(SluicewayError):
+    """A database call failed. It may still have succeeded on the server (assume it might have)."""
+
+
+class DatabaseUnavailableError(DatabaseError):
+    """The database could not be reached."""
+
+
+class PublishError(SluicewayError):
+    """A record could not be handed to the broker or journal."""
+
+
+class LeadershipError(SluicewayError):
+    """Leadership was lost or could not be established."""
+
+
+class InvariantViolation(SluicewayError):
+    """A run-time invariant check failed: a bug, never an expected condition. Fail loudly."""

@@ -1,0 +1,260 @@
+"""Harvester configuration: goharvest's ``reaper.yaml`` keys and defaults, plus sluiceway's additions.
+
+A goharvest user's file loads unchanged and behaves the same. Like goharvest, parsing is strict:
+an unknown key is an error. Durations accept Go syntax (``500ms``, ``5s``) or seconds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from sluiceway.config.loader import load_file, parse_duration, validate
+from sluiceway.db.dsn import Dialect, parse_dsn
+from sluiceway.db.identifiers import check_identifier
+from sluiceway.errors import ConfigError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+def _duration(value: Any) -> Any:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ConfigError as exc:
+        raise ValueError(exc.problem) from None
+
+
+class Limits(_Strict):
+    """goharvest's ``limits`` block. Unset values take goharvest's defaults (see :meth:`resolved`)."""
+
+    io_error_backoff: float | None = Field(None, alias="ioErrorBackoff")
+    poll_duration: float | None = Field(None, alias="pollDuration")
+    min_poll_interval: float | None = Field(None, alias="minPollInterval")
+    max_poll_interval: float | None = Field(None, alias="maxPollInterval")
+    heartbeat_timeout: float | None = Field(None, alias="heartbeatTimeout")
+    drain_interval: float | None = Field(None, alias="drainInterval")
+    queue_timeout: float | None = Field(None, alias="queueTimeout")
+    mark_backoff: float | None = Field(None, alias="markBackoff")
+    max_in_flight_records: int | None = Field(None, alias="maxInFlightRecords", ge=1)
+    send_concurrency: int | None = Field(None, alias="sendConcurrency", ge=1, le=256)
+    send_buffer: int | None = Field(None, alias="sendBuffer", ge=1)
+    mark_query_records: int | None = Field(None, alias="markQueryRecords", ge=1)
+    min_metrics_interval: float | None = Field(None, alias="minMetricsInterval")
+
+    _durations = field_validator(
+        "io_error_backoff",
+        "poll_duration",
+        "min_poll_interval",
+        "max_poll_interval",
+        "heartbeat_timeout",
+        "drain_interval",
+        "queue_timeout",
+        "mark_backoff",
+        "min_metrics_interval",
+        mode="before",
+    )(_duration)
+
+    def resolved(self) -> ResolvedLimits:
+        """Fill goharvest's defaults, including the derived ones."""
+        heartbeat = 5.0 if self.heartbeat_timeout is None else self.heartbeat_timeout
+        max_poll = heartbeat / 2 if self.max_poll_interval is None else self.max_poll_interval
+        queue_timeout = 30.0 if self.queue_timeout is None else self.queue_timeout
+        return ResolvedLimits(
+            io_error_backoff=0.5 if self.io_error_backoff is None else self.io_error_backoff,
+            poll_duration=0.001 if self.poll_duration is None else self.poll_duration,
+            min_poll_interval=0.1 if self.min_poll_interval is None else self.min_poll_interval,
+            max_poll_interval=max_poll,
+            heartbeat_timeout=heartbeat,
+            drain_interval=min(max_poll, queue_timeout)
+            if self.drain_interval is None
+            else self.drain_interval,
+            queue_timeout=queue_timeout,
+            mark_backoff=0.01 if self.mark_backoff is None else self.mark_backoff,
+            max_in_flight_records=self.max_in_flight_records or 1000,
+            send_concurrency=self.send_concurrency or 8,
+            send_buffer=self.send_buffer or 10,
+            mark_query_records=self.mark_query_records or 100,
+            min_metrics_interval=5.0 if self.min_metrics_interval is None else self.min_metrics_interval,
+        )
+
+
+class ResolvedLimits(_Strict):
+    """Limits with every default filled in: what the engine receives (frozen)."""
+
+    io_error_backoff: float
+    poll_duration: float
+    min_poll_interval: float
+    max_poll_interval: float
+    heartbeat_timeout: float
+    drain_interval: float
+    queue_timeout: float
+    mark_backoff: float
+    max_in_flight_records: int
+    send_concurrency: int
+    send_buffer: int
+    mark_query_records: int
+    min_metrics_interval: float
+
+
+class JournalTarget(_Strict):
+    """Publish into a local journal instead of Kafka (each record's namespace is its topic)."""
+
+    path: str
+    segment_bytes: int = Field(64 << 20, alias="segmentBytes", ge=1 << 16)
+    fsync: bool = True
+    #: The register holding the leader epoch; a stale leader's appends are rejected.
+    epoch_register: str = Field("sluiceway.harvest.epoch", alias="epochRegister")
+
+
+class Election(_Strict):
+    """Which leader election to use. ``auto``: Kafka (NELI) when publishing to Kafka, else the database."""
+
+    kind: Literal["auto", "kafka", "database"] = "auto"
+    #: Name of the election (database lease row). Defaults to the leader group id.
+    name: str | None = None
+    lease_timeout: float | None = Field(None, alias="leaseTimeout")
+
+    _d = field_validator("lease_timeout", mode="before")(_duration)
+
+
+class DeadLetter(_Strict):
+    """Poison-record policy. ``maxAttempts`` 0 = unlimited (goharvest's behaviour)."""
+
+    enabled: bool = True
+    max_attempts: int = Field(0, alias="maxAttempts", ge=0)
+    #: Also bury records the broker can never accept (too large, invalid topic).
+    permanent_errors: bool = Field(True, alias="permanentErrors")
+
+
+class Harvest(_Strict):
+    name: str = "sluiceway"
+    base_kafka_config: dict[str, Any] = Field(default_factory=dict, alias="baseKafkaConfig")
+    producer_kafka_config: dict[str, Any] = Field(default_factory=dict, alias="producerKafkaConfig")
+    leader_topic: str | None = Field(None, alias="leaderTopic")
+    leader_group_id: str | None = Field(None, alias="leaderGroupID")
+    data_source: str = Field(
+        "host=localhost port=5432 user=postgres password= dbname=postgres sslmode=disable", alias="dataSource"
+    )
+    outbox_table: str = Field("outbox", alias="outboxTable")
+    limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]
+    journal: JournalTarget | None = None
+    election: Election = Field(default_factory=Election)  # type: ignore[arg-type]
+    dead_letter: DeadLetter = Field(default_factory=DeadLetter, alias="deadLetter")  # type: ignore[arg-type]
+    metrics_addr: str | None = Field(None, alias="metricsAddr")
+
+    @field_validator("outbox_table")
+    @classmethod
+    def _table(cls, value: str) -> str:
+        try:
+            return check_identifier(value)
+        except ConfigError as exc:
+            raise ValueError(exc.problem) from None
+
+    @field_validator("data_source")
+    @classmethod
+    def _dsn(cls, value: str) -> str:
+        try:
+            parse_dsn(value)
+        except ConfigError as exc:
+            raise ValueError(exc.problem) from None
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Harvest:
+        if self.journal is None and not self.kafka_config.get("bootstrap.servers"):
+            raise ValueError(
+                "no destination: set baseKafkaConfig.bootstrap.servers (Kafka) or a journal: section"
+            )
+        if self.election_kind == "kafka" and not self.kafka_config.get("bootstrap.servers"):
+            raise ValueError("election.kind is 'kafka' but baseKafkaConfig has no bootstrap.servers")
+        return self
+
+    # -- derived values --------------------------------------------------------------------
+    @property
+    def kafka_config(self) -> dict[str, Any]:
+        return {str(k): v for k, v in self.base_kafka_config.items()}
+
+    @property
+    def producer_config(self) -> dict[str, Any]:
+        """Producer settings: idempotent by default, the user's settings win."""
+        return {"enable.idempotence": True, **self.kafka_config, **self.producer_kafka_config}
+
+    @property
+    def group_id(self) -> str:
+        return self.leader_group_id or self.name
+
+    @property
+    def topic_for_leader(self) -> str:
+        return self.leader_topic or f"{self.name}-leader"
+
+    @property
+    def election_kind(self) -> Literal["kafka", "database"]:
+        if self.election.kind != "auto":
+            return self.election.kind
+        return "database" if self.journal is not None else "kafka"
+
+    @property
+    def election_name(self) -> str:
+        return self.election.name or self.group_id
+
+    @property
+    def dialect(self) -> Dialect:
+        return parse_dsn(self.data_source).dialect
+
+
+class Logging(_Strict):
+    level: str = "Info"
+
+    @field_validator("level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        allowed = {"trace", "debug", "info", "warn", "warning", "error", "conf", "critical"}
+        if value.lower() not in allowed:
+            raise ValueError(f"expected one of Trace, Debug, Info, Warn, Error; got {value!r}")
+        return value
+
+    @property
+    def python_level(self) -> int:
+        import logging
+
+        return {
+            "trace": logging.DEBUG,
+            "debug": logging.DEBUG,
+            "info": logging.INFO,
+            "conf": logging.INFO,
+            "warn": logging.WARNING,
+            "warning": logging.WARNING,
+            "error": logging.ERROR,
+            "critical": logging.CRITICAL,
+        }[self.level.lower()]
+
+
+class HarvestConfig(_Strict):
+    """The whole harvester configuration (the shape of goharvest's ``reaper.yaml``).
+
+    >>> cfg = HarvestConfig.from_dict({"harvest": {
+    ...     "dataSource": "sqlite:///app.db", "journal": {"path": "./journal"}}})
+    >>> cfg.harvest.limits.resolved().max_in_flight_records
+    1000
+    """
+
+    harvest: Harvest = Field(default_factory=Harvest)  # type: ignore[arg-type]
+    logging: Logging = Field(default_factory=Logging)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> HarvestConfig:
+        return load_file(cls, path)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HarvestConfig:
+        return validate(cls, data)
+
+    @property
+    def limits(self) -> ResolvedLimits:
+        return self.harvest.limits.resolved()

@@ -1,0 +1,91 @@
+-- Outbox SQL for SQLite: goharvest's table in SQLite's terms. Header arrays are JSON text;
+-- create_time is ISO-8601 UTC text. AUTOINCREMENT so an id is never reused after purges
+-- (a reused id could sort a new record before an older one still in flight).
+
+-- name: create_table
+CREATE TABLE IF NOT EXISTS {outbox} (
+  id                  INTEGER PRIMARY KEY AUTOINCREMENT,
+  create_time         TEXT NOT NULL,
+  kafka_topic         TEXT NOT NULL CHECK (length(kafka_topic) <= 249),
+  kafka_key           TEXT NOT NULL CHECK (length(kafka_key) <= 100),
+  kafka_value         TEXT,
+  kafka_header_keys   TEXT NOT NULL DEFAULT '[]',
+  kafka_header_values TEXT NOT NULL DEFAULT '[]',
+  leader_id           TEXT
+)
+
+-- name: create_index
+-- See postgres.sql: marking walks the rowid; this partial index keeps stats cheap.
+CREATE INDEX IF NOT EXISTS {raw_index} ON {outbox} (leader_id) WHERE leader_id IS NOT NULL
+
+-- name: add_partition_column
+ALTER TABLE {outbox} ADD COLUMN kafka_partition INTEGER
+
+-- name: binary_value_column
+-- SQLite columns hold any type: a BLOB value needs no schema change.
+SELECT 1
+
+-- name: create_dead_table
+CREATE TABLE IF NOT EXISTS {dead} (
+  id                  INTEGER PRIMARY KEY,
+  create_time         TEXT NOT NULL,
+  kafka_topic         TEXT NOT NULL,
+  kafka_key           TEXT NOT NULL,
+  kafka_value,
+  kafka_header_keys   TEXT NOT NULL,
+  kafka_header_values TEXT NOT NULL,
+  leader_id           TEXT,
+  kafka_partition     INTEGER,
+  error               TEXT NOT NULL,
+  attempts            INTEGER NOT NULL,
+  dead_time           TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+)
+
+-- name: columns
+SELECT name, type FROM pragma_table_info(:table)
+
+-- name: stash
+INSERT INTO {outbox} (create_time, kafka_topic, kafka_key, kafka_value, kafka_header_keys, kafka_header_values)
+VALUES (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?, ?, ?, ?, ?)
+
+-- name: stash_partition
+INSERT INTO {outbox} (create_time, kafka_topic, kafka_key, kafka_value, kafka_header_keys, kafka_header_values,
+                      kafka_partition)
+VALUES (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?, ?, ?, ?, ?, ?)
+
+-- name: mark
+-- SQLite (3.35+) has UPDATE … RETURNING; the statement is atomic under its write lock.
+UPDATE {outbox} SET leader_id = :leader_id
+WHERE id IN (
+  SELECT id FROM {outbox}
+  WHERE leader_id IS NULL OR leader_id <> :leader_id
+  ORDER BY id
+  LIMIT :limit
+)
+RETURNING {raw_columns}
+
+-- name: purge
+-- ids arrive as one JSON array: one statement per batch, whatever its size.
+DELETE FROM {outbox} WHERE id IN (SELECT value FROM json_each(:ids))
+
+-- name: reset
+UPDATE {outbox} SET leader_id = NULL WHERE id = :id AND leader_id = :leader_id
+
+-- name: bury
+INSERT INTO {dead} ({raw_columns}, error, attempts)
+SELECT {raw_columns}, :error, :attempts FROM {outbox} WHERE id = :id
+
+-- name: purge_one
+DELETE FROM {outbox} WHERE id = :id
+
+-- name: stats
+SELECT count(*),
+       (julianday('now') - julianday(min(create_time))) * 86400.0,
+       count(leader_id)
+FROM {outbox}
+
+-- name: dead_count
+SELECT count(*) FROM {dead}
+
+-- name: table_exists
+SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = :name

@@ -1,0 +1,173 @@
+"""The outbox table: creation (idempotent), column discovery, statistics.
+
+Rows are decoded here (header arrays, JSON on SQLite/MySQL, values to bytes) so the harvester
+core only ever sees :class:`~sluiceway.outbox.record.MarkedRecord`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sluiceway.db import Database, Dialect, QuerySet
+from sluiceway.db.identifiers import bare_name, check_identifier
+from sluiceway.outbox.record import MarkedRecord
+
+BASE_COLUMNS = (
+    "id",
+    "create_time",
+    "kafka_topic",
+    "kafka_key",
+    "kafka_value",
+    "kafka_header_keys",
+    "kafka_header_values",
+    "leader_id",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxLayout:
+    """What one outbox table looks like: its name, dead-letter table and optional columns."""
+
+    table: str
+    has_partition: bool = False
+    binary_value: bool = False
+
+    @property
+    def dead_table(self) -> str:
+        return f"{self.table}_dead"
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return BASE_COLUMNS + (("kafka_partition",) if self.has_partition else ())
+
+
+def queries(dialect: Dialect, layout: OutboxLayout) -> QuerySet:
+    return QuerySet(
+        "sluiceway.outbox",
+        dialect,
+        outbox=layout.table,
+        dead=layout.dead_table,
+        raw_columns=", ".join(layout.columns),
+        raw_index=f"{bare_name(layout.table)}_leader_id_idx",
+    )
+
+
+def init_outbox(
+    db: Database, table: str = "outbox", *, partition_column: bool = False, binary_value: bool = False
+) -> OutboxLayout:
+    """Create the outbox and its dead-letter table if missing (idempotent)."""
+    check_identifier(table)
+    q = queries(db.dialect, OutboxLayout(table))
+    db.execute(q["create_table"], what=f"create table {table}")
+    db.execute(q["create_index"], what=f"create index on {table}")
+    layout = discover(db, table)
+    if partition_column and not layout.has_partition:
+        db.execute(q["add_partition_column"], what="add kafka_partition column")
+    if binary_value and not layout.binary_value:
+        db.execute(q["binary_value_column"], what="make kafka_value binary")
+    layout = discover(db, table)
+    q = queries(db.dialect, layout)
+    db.execute(q["create_dead_table"], what=f"create table {layout.dead_table}")
+    if "extend_dead_table" in q:
+        db.execute(q["extend_dead_table"], what=f"extend table {layout.dead_table}")
+    return layout
+
+
+def discover(db: Database, table: str = "outbox") -> OutboxLayout:
+    """Read the table's columns: which optional ones exist, and whether values are binary."""
+    check_identifier(table)
+    schema, _, name = table.rpartition(".")
+    q = queries(db.dialect, OutboxLayout(table))
+    rows = db.fetchall(q["columns"], {"table": name, "schema": schema or None}, what="list outbox columns")
+    if not rows:
+        from sluiceway.errors import ConfigError
+
+        raise ConfigError(
+            f"outbox table {table!r} does not exist (create it with `sluice outbox init`)", path="outboxTable"
+        )
+    types = {str(col).lower(): str(typ).lower() for col, typ in rows}
+    return OutboxLayout(
+        table=table,
+        has_partition="kafka_partition" in types,
+        binary_value=types.get("kafka_value", "") in ("bytea", "blob", "varbinary", "longblob", "mediumblob"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxStats:
+    rows: int
+    oldest_age_seconds: float | None
+    marked: int
+    dead: int
+
+
+def outbox_stats(db: Database, layout: OutboxLayout) -> OutboxStats:
+    q = queries(db.dialect, layout)
+    row = db.fetchone(q["stats"], what="outbox stats")
+    assert row is not None
+    dead_row = db.fetchone(q["dead_count"], what="dead-letter count")
+    age = None if row[1] is None else max(0.0, float(row[1]))
+    return OutboxStats(int(row[0]), age, int(row[2]), int(dead_row[0]) if dead_row else 0)
+
+
+# --- row codec ------------------------------------------------------------------------------
+def encode_headers(dialect: Dialect, headers: Any) -> tuple[Any, Any]:
+    keys = [h[0] for h in headers]
+    values = [h[1] for h in headers]
+    if dialect is Dialect.POSTGRES:
+        return keys, values
+    return json.dumps(keys), json.dumps(values)
+
+
+def _decode_array(raw: Any) -> list[str]:
+    if raw is None:
+        return []
+    if isinstance(raw, list | tuple):
+        return [str(x) for x in raw]
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8")
+    parsed = json.loads(raw) if raw else []
+    return [str(x) for x in parsed]
+
+
+def _to_datetime(raw: Any) -> datetime | None:
+    if raw is None:
+        return None
+    if isinstance(raw, datetime):
+        return raw if raw.tzinfo else raw.replace(tzinfo=UTC)
+    text = str(raw).replace("Z", "+00:00")
+    parsed = datetime.fromisoformat(text)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def decode_row(row: tuple[Any, ...], layout: OutboxLayout) -> MarkedRecord:
+    """Turn a row (in ``layout.columns`` order) into a MarkedRecord."""
+    value = row[4]
+    if isinstance(value, str):
+        value = value.encode("utf-8")
+    elif isinstance(value, memoryview | bytearray):
+        value = bytes(value)
+    keys = _decode_array(row[5])
+    values = _decode_array(row[6])
+    if len(keys) != len(values):
+        from sluiceway.errors import InvalidRecordError
+
+        raise InvalidRecordError(
+            f"row {row[0]} has {len(keys)} header keys but {len(values)} header values", field="headers"
+        )
+    partition = None
+    if layout.has_partition and row[8] is not None and int(row[8]) >= 0:
+        partition = int(row[8])
+    return MarkedRecord(
+        id=int(row[0]),
+        create_time=_to_datetime(row[1]),
+        topic=str(row[2]),
+        key=str(row[3]),
+        value=value,
+        headers=tuple(zip(keys, values, strict=True)),
+        leader_id=None if row[7] is None else str(row[7]),
+        partition=partition,
+    )

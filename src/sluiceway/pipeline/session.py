@@ -1,0 +1,39 @@
+"""Building the SparkSession the pipeline runs on (classic local/cluster or Spark Connect)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+
+def build_session(
+    master: str = "local[*]", *, app_name: str = "sluiceway", warehouse: str | None = None
+) -> Any:
+    """Create (or get) a SparkSession for ``master``: ``local[*]``, ``spark://…`` or ``sc://…``.
+
+    ``PYSPARK_PYTHON`` is pinned to this interpreter so Python workers find the same packages.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if master.startswith("sc://"):
+        builder = builder.remote(master)
+    else:
+        builder = (
+            builder.master(master)
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "4")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.driver.memory", "2g")
+            .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+            .config("spark.python.worker.reuse", "true")
+        )
+        if warehouse:
+            builder = builder.config("spark.sql.warehouse.dir", warehouse)
+    session = builder.getOrCreate()
+    if not master.startswith("sc://"):
+        session.sparkContext.setLogLevel("ERROR")
+    return session

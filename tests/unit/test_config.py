@@ -1,0 +1,147 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sluiceway.config import interpolate, parse_duration
+from sluiceway.errors import ConfigError
+from sluiceway.harvest.config import HarvestConfig
+
+# goharvest's reaper.yaml from its README, verbatim.
+GOHARVEST_YAML = """\
+harvest:
+  baseKafkaConfig: 
+    bootstrap.servers: localhost:9092
+  producerKafkaConfig:
+    compression.type: lz4
+    delivery.timeout.ms: 10000
+  leaderTopic: my-app-name
+  leaderGroupID: my-app-name
+  dataSource: host=localhost port=5432 user=postgres password= dbname=postgres sslmode=disable
+  outboxTable: outbox
+  limits:
+    minPollInterval: 1s
+    heartbeatTimeout: 5s
+    maxInFlightRecords: 1000
+    minMetricsInterval: 5s
+    sendConcurrency: 4
+    sendBuffer: 10
+logging:
+  level: Debug
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "reaper.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_goharvest_reaper_yaml_loads_unchanged(tmp_path: Path) -> None:
+    cfg = HarvestConfig.from_file(write(tmp_path, GOHARVEST_YAML))
+    h = cfg.harvest
+    assert h.kafka_config == {"bootstrap.servers": "localhost:9092"}
+    assert h.producer_config["compression.type"] == "lz4"
+    assert h.producer_config["enable.idempotence"] is True
+    assert (h.topic_for_leader, h.group_id, h.outbox_table) == ("my-app-name", "my-app-name", "outbox")
+    assert h.election_kind == "kafka"
+    limits = cfg.limits
+    assert limits.min_poll_interval == 1.0
+    assert limits.send_concurrency == 4
+    assert limits.max_poll_interval == 2.5  # heartbeatTimeout / 2
+    assert cfg.logging.python_level == 10
+
+
+def test_goharvest_defaults() -> None:
+    cfg = HarvestConfig.from_dict({"harvest": {"baseKafkaConfig": {"bootstrap.servers": "127.0.0.1:9092"}}})
+    lim = cfg.limits
+    assert (lim.io_error_backoff, lim.poll_duration, lim.min_poll_interval) == (0.5, 0.001, 0.1)
+    assert (lim.heartbeat_timeout, lim.max_poll_interval, lim.queue_timeout) == (5.0, 2.5, 30.0)
+    assert lim.drain_interval == 2.5  # min(maxPollInterval, queueTimeout)
+    assert (lim.mark_backoff, lim.max_in_flight_records, lim.send_concurrency) == (0.01, 1000, 8)
+    assert (lim.send_buffer, lim.mark_query_records, lim.min_metrics_interval) == (10, 100, 5.0)
+
+
+def test_unknown_key_is_reported_with_its_path(tmp_path: Path) -> None:
+    text = GOHARVEST_YAML.replace("    sendBuffer: 10", "    sendBufer: 10")
+    with pytest.raises(ConfigError) as info:
+        HarvestConfig.from_file(write(tmp_path, text))
+    assert "harvest.limits.sendBufer" in str(info.value)
+    assert "unknown key" in str(info.value)
+
+
+def test_wrong_type_names_field_and_expectation(tmp_path: Path) -> None:
+    text = GOHARVEST_YAML.replace("sendConcurrency: 4", "sendConcurrency: lots")
+    with pytest.raises(ConfigError) as info:
+        HarvestConfig.from_file(write(tmp_path, text))
+    message = str(info.value)
+    assert "harvest.limits.sendConcurrency" in message and "integer" in message
+    assert str(tmp_path) in message
+
+
+def test_bad_duration(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"harvest.limits.heartbeatTimeout.*duration"):
+        HarvestConfig.from_file(
+            write(tmp_path, GOHARVEST_YAML.replace("heartbeatTimeout: 5s", "heartbeatTimeout: soon"))
+        )
+
+
+def test_env_interpolation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BROKERS", "10.0.0.1:9092")
+    text = GOHARVEST_YAML.replace("localhost:9092", "${BROKERS}").replace(
+        "outboxTable: outbox", "outboxTable: ${T:-box}"
+    )
+    cfg = HarvestConfig.from_file(write(tmp_path, text))
+    assert cfg.harvest.kafka_config["bootstrap.servers"] == "10.0.0.1:9092"
+    assert cfg.harvest.outbox_table == "box"
+
+
+def test_missing_env_var_named(tmp_path: Path) -> None:
+    with pytest.raises(
+        ConfigError, match=r"NOPE_NOT_SET.*harvest.dataSource|harvest.dataSource.*NOPE_NOT_SET"
+    ):
+        HarvestConfig.from_file(write(tmp_path, GOHARVEST_YAML.replace("host=localhost", "${NOPE_NOT_SET}")))
+
+
+def test_invalid_yaml_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        HarvestConfig.from_file(write(tmp_path, "harvest: [unclosed"))
+    with pytest.raises(ConfigError, match="cannot read"):
+        HarvestConfig.from_file(tmp_path / "absent.yaml")
+
+
+def test_bad_table_name_and_dsn() -> None:
+    base = {"baseKafkaConfig": {"bootstrap.servers": "x:1"}}
+    with pytest.raises(ConfigError, match=r"harvest\.outboxTable"):
+        HarvestConfig.from_dict({"harvest": {**base, "outboxTable": "drop table"}})
+    with pytest.raises(ConfigError, match=r"harvest\.dataSource"):
+        HarvestConfig.from_dict({"harvest": {**base, "dataSource": "oracle://x"}})
+
+
+def test_destination_required() -> None:
+    with pytest.raises(ConfigError, match="no destination"):
+        HarvestConfig.from_dict({"harvest": {"dataSource": "sqlite:///x.db"}})
+
+
+def test_journal_destination_defaults_to_database_election() -> None:
+    cfg = HarvestConfig.from_dict({"harvest": {"dataSource": "sqlite:///x.db", "journal": {"path": "j"}}})
+    assert cfg.harvest.election_kind == "database"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("500ms", 0.5), ("1m30s", 90.0), ("2h", 7200.0), (3, 3.0), ("0", 0.0), ("1.5s", 1.5)],
+)
+def test_durations(text: object, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "5", "5 s", "-1s", "1d", True, -2])
+def test_bad_durations(text: object) -> None:
+    with pytest.raises(ConfigError):
+        parse_duration(text)
+
+
+def test_interpolate_nested() -> None:
+    assert interpolate({"a": ["${X}", {"b": "${Y:-d}"}]}, {"X": "1"}) == {"a": ["1", {"b": "d"}]}

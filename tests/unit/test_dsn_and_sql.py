@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import importlib.resources
+from pathlib import Path
+
+import pytest
+
+from sluiceway.db import Dialect, load_queries, parse_blocks, parse_dsn, quote_identifier
+from sluiceway.errors import InvalidIdentifierError, UnsupportedDsnError
+
+
+@pytest.mark.parametrize(
+    ("dsn", "dialect"),
+    [
+        (
+            "host=localhost port=5432 user=postgres password= dbname=postgres sslmode=disable",
+            Dialect.POSTGRES,
+        ),
+        ("postgresql://postgres@127.0.0.1:5432/app", Dialect.POSTGRES),
+        ("postgres://u:p@h/db", Dialect.POSTGRES),
+        ("sqlite:///relative.db", Dialect.SQLITE),
+        ("sqlite:////abs/path.db", Dialect.SQLITE),
+        ("mysql://root:secret@127.0.0.1:3306/test", Dialect.MYSQL),
+        ("mariadb://root@localhost/test", Dialect.MYSQL),
+    ],
+)
+def test_dialect_follows_from_dsn(dsn: str, dialect: Dialect) -> None:
+    assert parse_dsn(dsn).dialect is dialect
+
+
+def test_sqlite_paths() -> None:
+    assert parse_dsn("sqlite:///rel/app.db").target == "rel/app.db"
+    assert parse_dsn("sqlite:////abs/app.db").target == "/abs/app.db"
+
+
+def test_mysql_kwargs_and_redaction() -> None:
+    src = parse_dsn("mysql://app:s3cret@db.local:3307/shop")
+    kwargs = dict(src.mysql_kwargs)
+    assert kwargs == {
+        "host": "db.local",
+        "port": 3307,
+        "user": "app",
+        "password": "s3cret",
+        "database": "shop",
+    }
+    assert "s3cret" not in src.redacted()
+    assert "secret" not in parse_dsn("host=h password=secret dbname=x").redacted()
+
+
+@pytest.mark.parametrize(
+    "dsn", ["", "   ", "oracle://x/y", "sqlite://app.db", "mysql://root@host/", "just words"]
+)
+def test_unsupported_dsn_is_a_clear_error(dsn: str) -> None:
+    with pytest.raises(UnsupportedDsnError):
+        parse_dsn(dsn)
+
+
+def test_mysql_error_masks_password() -> None:
+    with pytest.raises(UnsupportedDsnError) as info:
+        parse_dsn("mysql://root:hunter2@host/")
+    assert "hunter2" not in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["outbox", "app.outbox", "_x1", "a" * 63])
+def test_identifiers_quoted(name: str) -> None:
+    assert quote_identifier(name, Dialect.POSTGRES).count('"') == 2 * len(name.split("."))
+    assert quote_identifier(name, Dialect.MYSQL).startswith("`")
+
+
+@pytest.mark.parametrize("name", ["", "1abc", "out-box", 'x"; DROP TABLE y; --', "a.b.c", "a" * 64, "sp ace"])
+def test_bad_identifiers_rejected(name: str) -> None:
+    with pytest.raises(InvalidIdentifierError):
+        quote_identifier(name, Dialect.SQLITE)
+
+
+def test_parse_blocks() -> None:
+    text = "-- header\n\n-- name: one\n-- why\nSELECT 1;\n\n-- name: two\nSELECT\n  2\n"
+    assert parse_blocks(text) == {"one": "SELECT 1", "two": "SELECT\n  2"}
+    with pytest.raises(ValueError, match="duplicate"):
+        parse_blocks("-- name: a\nSELECT 1\n-- name: a\nSELECT 2\n")
+
+
+#: Statements only some dialects need (MySQL has no UPDATE … RETURNING, no LIKE-with-columns).
+DIALECT_EXTRAS = {Dialect.MYSQL: {"mark_update", "extend_dead_table"}}
+
+
+def _sql_packages() -> list[str]:
+    root = Path(str(importlib.resources.files("sluiceway")))
+    return sorted(
+        "sluiceway." + ".".join(p.parent.relative_to(root).parts)
+        for p in root.rglob("sql")
+        if p.is_dir() and (p / "postgres.sql").exists()
+    )
+
+
+def test_every_part_with_sql_is_found() -> None:
+    assert "sluiceway.outbox" in _sql_packages()
+
+
+@pytest.mark.parametrize("package", _sql_packages())
+def test_every_dialect_defines_the_same_queries(package: str) -> None:
+    names = {d: set(load_queries(package, d)) - DIALECT_EXTRAS.get(d, set()) for d in Dialect}
+    assert names[Dialect.SQLITE] == names[Dialect.POSTGRES] == names[Dialect.MYSQL], names
