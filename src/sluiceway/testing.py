@@ -114,7 +114,7 @@ class Broker:
         from confluent_kafka.admin import AdminClient
 
         try:
-            AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=1)
+            AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0}).list_topics(timeout=1)
         except Exception:
             return False
         return True

@@ -171,6 +171,10 @@ class Harvest(_Strict):
             raise ValueError(
                 "no destination: set baseKafkaConfig.bootstrap.servers (Kafka) or a journal: section"
             )
+        if self.journal is not None and self.election_kind == "kafka":
+            raise ValueError(
+                "a journal destination needs election.kind 'database': its leader epochs fence the journal"
+            )
         if self.election_kind == "kafka" and not self.kafka_config.get("bootstrap.servers"):
             raise ValueError("election.kind is 'kafka' but baseKafkaConfig has no bootstrap.servers")
         return self

@@ -1,0 +1,90 @@
+"""``sluice reap -f reaper.yaml`` (also ``reaper -f reaper.yaml``): the standalone harvester."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from sluiceway.cli.common import friendly_errors, setup_logging
+
+log = logging.getLogger("sluiceway.reaper")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("reap")(reap)
+
+
+@friendly_errors
+def reap(
+    file: Path = typer.Option(
+        ..., "-f", "--file", help="goharvest-style reaper.yaml (sluiceway keys allowed)."
+    ),
+    metrics_addr: str = typer.Option(
+        None, "--metrics-addr", help="Serve Prometheus metrics on HOST:PORT (host defaults to 127.0.0.1)."
+    ),
+    log_format: str = typer.Option("text", "--log-format", help="text or json"),
+) -> None:
+    """Harvest an outbox while this process is the elected leader, until SIGTERM/SIGINT.
+
+    Example: sluice reap -f reaper.yaml --metrics-addr 127.0.0.1:9464
+    """
+    from sluiceway.harvest import Harvest, HarvestConfig
+    from sluiceway.harvest.events import Event, MeterRead
+
+    config = HarvestConfig.from_file(file)
+    if metrics_addr:
+        data: dict[str, Any] = config.model_dump(by_alias=True, exclude_none=True)
+        data["harvest"]["metricsAddr"] = metrics_addr
+        config = HarvestConfig.model_validate(data)
+    setup_logging(config.logging.python_level, log_format)
+    harvest = Harvest(config)
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, MeterRead):
+            s = event.stats
+            log.info(
+                "meter: %.0f rec/s, in flight %d, pending %d, marked %d, purged %d, reset %d, dead %d, "
+                "latency %s",
+                s.throughput,
+                s.in_flight,
+                s.pending,
+                s.marked,
+                s.purged,
+                s.reset,
+                s.dead,
+                {k: round(v, 1) for k, v in s.latency_ms.items()},
+            )
+        else:
+            log.info("event: %s", event)
+
+    harvest.set_event_handler(on_event)
+    done = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        log.info(
+            "received %s: stopping (finishing in-flight deliveries, releasing leadership)",
+            signal.Signals(signum).name,
+        )
+        done.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    harvest.start()
+    log.info(
+        "harvester %s started (outbox %s, election %s)",
+        config.harvest.name,
+        config.harvest.outbox_table,
+        config.harvest.election_kind,
+    )
+    try:
+        while not done.is_set():
+            if harvest.wait(timeout=0.2):
+                break
+    finally:
+        harvest.stop()
+    log.info("harvester stopped")

@@ -1,0 +1,151 @@
+"""The MP/R bookkeeping: per-key barrier, throttle, forceRemark — pure, thread-safe, no I/O.
+
+A record is *in flight* from the moment it is handed to a send queue until its delivery is
+settled (purged, buried, or reset). At most one record per key is in flight (the per-key
+barrier); later records of a busy key wait in that key's FIFO (*pending*) instead of blocking
+the marker, so other keys keep flowing (goharvest blocks the whole marker at the barrier).
+
+Invariants checked at run time (a violation raises :class:`InvariantViolation`):
+* a key's dispatched ids never go backwards — a re-send is the same id again, never an older one
+  after a newer (that would be reordering, not duplication);
+* counters never go negative; a settled record was in flight.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterable
+
+from sluiceway.errors import InvariantViolation
+from sluiceway.outbox.record import MarkedRecord
+
+
+class Dispatcher:
+    def __init__(self, max_in_flight: int) -> None:
+        self.max_in_flight = max_in_flight
+        self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)
+        self._busy: dict[str, int] = {}  # key -> id of its in-flight record (scoreboard: busy keys only)
+        self._in_flight_ids: set[int] = set()
+        self._pending: dict[str, deque[MarkedRecord]] = {}
+        self._pending_ids: set[int] = set()
+        self._last_sent: dict[str, int] = {}
+        self._force_remark = False
+
+    # -- views -------------------------------------------------------------------------------
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight_ids)
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending_ids)
+
+    @property
+    def force_remark(self) -> bool:
+        return self._force_remark
+
+    def busy_keys(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._busy)
+
+    # -- marker side ---------------------------------------------------------------------------
+    def wait_for_room(self, timeout: float) -> bool:
+        """Throttle: block until fewer than ``max_in_flight`` records are held (in flight + pending)."""
+        with self._room:
+            return self._room.wait_for(
+                lambda: (
+                    len(self._in_flight_ids) + len(self._pending_ids) < self.max_in_flight
+                    or self._force_remark
+                ),
+                timeout,
+            )
+
+    def admit(self, marked: Iterable[MarkedRecord]) -> tuple[list[MarkedRecord], bool]:
+        """Take a marked batch (any order). Return the records to send now, and whether the batch
+        was abandoned because forceRemark was raised."""
+        sends: list[MarkedRecord] = []
+        with self._lock:
+            for record in sorted(marked, key=lambda r: r.id):
+                if self._force_remark:
+                    return sends, True
+                if record.id in self._in_flight_ids or record.id in self._pending_ids:
+                    # A re-marked copy of a record we already hold (after a leader refresh): its
+                    # original settles it — purged on success, reset and re-marked on failure.
+                    continue
+                if record.key in self._busy:
+                    self._pending.setdefault(record.key, deque()).append(record)
+                    self._pending_ids.add(record.id)
+                else:
+                    self._dispatch(record)
+                    sends.append(record)
+        return sends, False
+
+    def refresh(self) -> int:
+        """The marker takes a fresh leader id: drop pending records (they are re-marked under the
+        new id) and clear forceRemark. Returns how many pending records were dropped."""
+        with self._lock:
+            dropped = len(self._pending_ids)
+            self._pending.clear()
+            self._pending_ids.clear()
+            self._force_remark = False
+            self._room.notify_all()
+            return dropped
+
+    # -- purge/reset side ----------------------------------------------------------------------
+    def settle(self, records: Iterable[MarkedRecord]) -> list[MarkedRecord]:
+        """Records are done for good (purged or buried): lower their barriers and return the next
+        pending record of each key, now in flight, to send."""
+        sends: list[MarkedRecord] = []
+        with self._lock:
+            for record in records:
+                self._release(record)
+                queue = self._pending.get(record.key)
+                if queue and not self._force_remark:
+                    nxt = queue.popleft()
+                    self._pending_ids.discard(nxt.id)
+                    if not queue:
+                        del self._pending[record.key]
+                    self._dispatch(nxt)
+                    sends.append(nxt)
+            self._room.notify_all()
+        return sends
+
+    def fail(self, record: MarkedRecord) -> None:
+        """Delivery failed and the row was reset (or may have been): raise forceRemark, lower the barrier."""
+        with self._lock:
+            self._release(record)
+            self._force_remark = True
+            self._room.notify_all()
+
+    def abandon(self, records: Iterable[MarkedRecord]) -> None:
+        """Records taken off the send queues without being sent (shutdown): they stay marked and
+        the next leader (or a refreshed id) re-marks them."""
+        with self._lock:
+            for record in records:
+                self._release(record)
+            self._pending.clear()
+            self._pending_ids.clear()
+            self._room.notify_all()
+
+    # -- internals (lock held) ----------------------------------------------------------------
+    def _dispatch(self, record: MarkedRecord) -> None:
+        last = self._last_sent.get(record.key)
+        if last is not None and record.id < last:
+            raise InvariantViolation(
+                f"discontinuity for key {record.key!r}: record {record.id} dispatched after {last}"
+            )
+        self._last_sent[record.key] = record.id
+        if len(self._last_sent) > 200_000:
+            # Bound memory: forget idle keys (nothing in flight or pending for them).
+            self._last_sent = {k: v for k, v in self._last_sent.items() if k in self._busy}
+            self._last_sent[record.key] = record.id
+        self._busy[record.key] = record.id
+        self._in_flight_ids.add(record.id)
+
+    def _release(self, record: MarkedRecord) -> None:
+        if record.id not in self._in_flight_ids or self._busy.get(record.key) != record.id:
+            raise InvariantViolation(f"record {record.id} (key {record.key!r}) settled but was not in flight")
+        self._in_flight_ids.discard(record.id)
+        del self._busy[record.key]

@@ -1,0 +1,412 @@
+"""The MP/R engine: mark → (throttle, per-key barrier) → sharded send → purge / reset.
+
+One *term* runs while this process leads: the calling thread marks; ``sendConcurrency`` shard
+threads hand records to the publisher (sharded by key hash, each queue bounded by
+``sendBuffer``); one purge/reset thread settles deliveries in batches. The engine talks only to
+ports (:mod:`sluiceway.harvest.ports`); adapters are injected.
+
+Failure rules (from goharvest, made explicit):
+* a failed mark may have marked rows on the server: take a fresh leader id so they are re-marked;
+  never re-send from memory;
+* a failed purge keeps the key's barrier raised and is retried (DELETE is idempotent): the next
+  record of a key is never sent while its predecessor might still be re-marked;
+* a failed delivery resets the row and raises forceRemark; the marker abandons its batch and takes
+  a fresh leader id, so the failed record is re-marked ahead of its successors.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import uuid
+import zlib
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from sluiceway.errors import DatabaseError, InvariantViolation
+from sluiceway.harvest.dispatch import Dispatcher
+from sluiceway.harvest.events import (
+    Event,
+    LeaderRefreshed,
+    MeterRead,
+    RecordDeadLettered,
+    Stats,
+)
+from sluiceway.harvest.ports import Delivery, OutboxStore, Publisher
+from sluiceway.outbox.record import MarkedRecord
+
+log = logging.getLogger("sluiceway.harvest")
+
+_STOP = object()
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLimits:
+    max_in_flight_records: int = 1000
+    send_concurrency: int = 8
+    send_buffer: int = 10
+    mark_query_records: int = 100
+    mark_backoff: float = 0.01
+    io_error_backoff: float = 0.5
+    drain_timeout: float = 5.0
+    min_metrics_interval: float = 5.0
+    #: Delivery attempts before a record is dead-lettered; 0 = unlimited (goharvest).
+    max_attempts: int = 0
+    dead_letter: bool = True
+    bury_permanent: bool = True
+
+
+@dataclass
+class Counters:
+    marked: int = 0
+    published: int = 0
+    purged: int = 0
+    reset: int = 0
+    dead: int = 0
+    failed: int = 0
+    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=20_000))
+
+    def snapshot(self) -> tuple[int, int, int, int, int]:
+        return self.marked, self.published, self.purged, self.reset, self.dead
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    if not samples:
+        return {}
+    ordered = sorted(samples)
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    return {"p50": at(0.50), "p90": at(0.90), "p99": at(0.99), "max": ordered[-1]}
+
+
+class Term:
+    """One leadership term: owns the threads and the dispatcher, from acquisition to revocation."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        should_run: Callable[[], bool],
+    ) -> None:
+        self.engine = engine
+        self.limits = engine.limits
+        self.should_run = should_run
+        self.dispatcher = Dispatcher(self.limits.max_in_flight_records)
+        self.leader_id = str(uuid.uuid4())
+        self._shards: list[queue.Queue[object]] = [
+            queue.Queue(maxsize=self.limits.send_buffer) for _ in range(self.limits.send_concurrency)
+        ]
+        self._deliveries: queue.Queue[object] = queue.Queue()
+        self._outstanding = 0  # handed to the publisher, delivery report not yet settled
+        self._outstanding_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._error: BaseException | None = None
+        self._attempts: dict[int, int] = {}
+
+    # -- marker (calling thread) ------------------------------------------------------------
+    def run(self) -> None:
+        engine, lim = self.engine, self.limits
+        threads = [
+            threading.Thread(target=self._shard_loop, args=(i,), name=f"sluice-send-{i}", daemon=True)
+            for i in range(lim.send_concurrency)
+        ]
+        purger = threading.Thread(target=self._purge_loop, name="sluice-purge", daemon=True)
+        for t in [*threads, purger]:
+            t.start()
+        store = engine.store_factory()
+        try:
+            self._mark_loop(store)
+        finally:
+            self._stopping.set()
+            self._shutdown(threads, purger)
+            store.close()
+        if self._error is not None:
+            raise self._error
+
+    def _mark_loop(self, store: OutboxStore) -> None:
+        engine, lim, disp = self.engine, self.limits, self.dispatcher
+        last_meter = time.monotonic()
+        while self.should_run() and self._error is None:
+            if disp.force_remark:
+                self._refresh("a delivery failed")
+            now = time.monotonic()
+            if now - last_meter >= lim.min_metrics_interval:
+                engine.emit_meter(now - last_meter, disp)
+                last_meter = now
+            if not disp.wait_for_room(timeout=0.1):
+                continue
+            if disp.force_remark:
+                continue
+            try:
+                marked = store.mark(self.leader_id, lim.mark_query_records)
+            except DatabaseError as exc:
+                log.warning(
+                    "mark failed (%s); backing off %.3fs and re-marking under a new leader id",
+                    exc,
+                    lim.io_error_backoff,
+                )
+                # The UPDATE may have committed on the server: a new id makes those rows eligible again.
+                self._refresh("mark failed")
+                self._sleep(lim.io_error_backoff)
+                continue
+            if not marked:
+                self._sleep(lim.mark_backoff)
+                continue
+            engine.counters.marked += len(marked)
+            sends, abandoned = disp.admit(marked)
+            self._enqueue(sends)
+            if abandoned:
+                self._refresh("a delivery failed")
+
+    def _refresh(self, why: str) -> None:
+        dropped = self.dispatcher.refresh()
+        self.leader_id = str(uuid.uuid4())
+        log.info(
+            "leader id refreshed (%s): %s; %d pending records will be re-marked", why, self.leader_id, dropped
+        )
+        self.engine.emit(LeaderRefreshed(self.leader_id))
+
+    def _sleep(self, seconds: float) -> None:
+        self._stopping.wait(seconds) if seconds > 0 else None
+
+    def _enqueue(self, records: list[MarkedRecord]) -> None:
+        n = len(self._shards)
+        for record in records:
+            shard = self._shards[zlib.crc32(record.key.encode("utf-8")) % n] if n > 1 else self._shards[0]
+            while True:
+                try:
+                    shard.put(record, timeout=0.1)
+                    break
+                except queue.Full:
+                    if self._stopping.is_set() or self._error is not None:
+                        self.dispatcher.abandon([record])
+                        break
+
+    # -- shard senders -------------------------------------------------------------------------
+    def _shard_loop(self, index: int) -> None:
+        q = self._shards[index]
+        publisher = self.engine.publisher
+        while True:
+            item = q.get()
+            if item is _STOP:
+                return
+            assert isinstance(item, MarkedRecord)
+            if self._stopping.is_set():
+                # Shutting down: do not start new sends; the row stays marked for the next leader.
+                self.dispatcher.abandon([item])
+                continue
+            with self._outstanding_lock:
+                self._outstanding += 1
+            try:
+                publisher.send(item, self._delivered)
+            except Exception as exc:  # a synchronous refusal is a failed delivery
+                permanent = bool(getattr(exc, "permanent", False))
+                self._delivered(Delivery(item, error=f"{type(exc).__name__}: {exc}", permanent=permanent))
+
+    def _delivered(self, delivery: Delivery) -> None:
+        self._deliveries.put(delivery)
+
+    # -- purge / reset -------------------------------------------------------------------------
+    def _purge_loop(self) -> None:
+        store = self.engine.store_factory()
+        try:
+            while True:
+                first = self._deliveries.get()
+                if first is _STOP:
+                    return
+                batch = [first]
+                while len(batch) < 2000:
+                    try:
+                        item = self._deliveries.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is _STOP:
+                        self._deliveries.put(_STOP)  # settle this batch, then stop
+                        break
+                    batch.append(item)
+                self._settle(store, [d for d in batch if isinstance(d, Delivery)])
+        except BaseException as exc:  # an invariant violation or a bug: stop the term loudly
+            log.exception("purge/reset loop failed")
+            self._error = exc
+        finally:
+            store.close()
+
+    def _settle(self, store: OutboxStore, deliveries: list[Delivery]) -> None:
+        ok = [d.record for d in deliveries if d.error is None]
+        failed = [d for d in deliveries if d.error is not None]
+        counters = self.engine.counters
+        if ok:
+            counters.published += len(ok)
+            now = datetime.now(UTC)
+            for r in ok:
+                if r.create_time is not None:
+                    counters.latencies.append((now - r.create_time).total_seconds() * 1000.0)
+            if not self._purge(store, [r.id for r in ok]):
+                with self._outstanding_lock:
+                    self._outstanding -= len(deliveries)
+                return  # term ending with the database away: rows stay marked, barriers stay up
+            counters.purged += len(ok)
+            for r in ok:
+                self._attempts.pop(r.id, None)
+            self._enqueue(self.dispatcher.settle(ok))
+        for d in failed:
+            self._failed(store, d)
+        with self._outstanding_lock:
+            self._outstanding -= len(deliveries)
+
+    def _purge(self, store: OutboxStore, ids: list[int]) -> bool:
+        backoff = self.limits.io_error_backoff
+        tries_after_stop = 0
+        while True:
+            try:
+                store.purge(ids)
+                return True
+            except DatabaseError as exc:
+                # Barriers stay raised: the successors of these records must not be sent while the
+                # rows might still exist (a new leader would re-send them after their successors).
+                log.warning("purge of %d rows failed (%s); retrying in %.3fs", len(ids), exc, backoff)
+                if self._stopping.is_set():
+                    tries_after_stop += 1
+                    if tries_after_stop > 3:
+                        log.warning(
+                            "giving up purging %d rows at shutdown: they stay for the next leader", len(ids)
+                        )
+                        return False
+                time.sleep(backoff)
+
+    def _failed(self, store: OutboxStore, d: Delivery) -> None:
+        lim, counters, record = self.limits, self.engine.counters, d.record
+        counters.failed += 1
+        attempts = self._attempts.get(record.id, 0) + 1
+        self._attempts[record.id] = attempts
+        bury = lim.dead_letter and (
+            (d.permanent and lim.bury_permanent) or (lim.max_attempts > 0 and attempts >= lim.max_attempts)
+        )
+        log.warning(
+            "delivery of record %d (key %r) failed (attempt %d): %s", record.id, record.key, attempts, d.error
+        )
+        if bury:
+            try:
+                store.bury(record, d.error or "unknown error", attempts)
+            except DatabaseError as exc:
+                log.warning(
+                    "moving record %d to the dead-letter table failed (%s); it will be retried",
+                    record.id,
+                    exc,
+                )
+            else:
+                counters.dead += 1
+                self._attempts.pop(record.id, None)
+                self.engine.emit(
+                    RecordDeadLettered(record.id, record.topic, record.key, d.error or "", attempts)
+                )
+                self._enqueue(self.dispatcher.settle([record]))
+                return
+        try:
+            if record.leader_id is not None:
+                store.reset(record.id, record.leader_id)
+        except DatabaseError as exc:
+            # Possibly not reset: harmless, the marker's fresh leader id re-marks it either way.
+            log.warning("reset of record %d failed (%s); the leader refresh re-marks it", record.id, exc)
+        counters.reset += 1
+        self.dispatcher.fail(record)
+
+    # -- shutdown ------------------------------------------------------------------------------
+    def _shutdown(self, shards: list[threading.Thread], purger: threading.Thread) -> None:
+        for q in self._shards:
+            while True:
+                try:
+                    q.put(_STOP, timeout=0.1)
+                    break
+                except queue.Full:
+                    # Drain unsent records: they stay marked for whoever leads next.
+                    try:
+                        item = q.get_nowait()
+                    except queue.Empty:
+                        continue
+                    if isinstance(item, MarkedRecord):
+                        self.dispatcher.abandon([item])
+        for t in shards:
+            t.join()
+        # Let deliveries already handed to the publisher finish, so their rows are purged or reset.
+        remaining = self.engine.publisher.flush(self.limits.drain_timeout)
+        deadline = time.monotonic() + self.limits.drain_timeout
+        while time.monotonic() < deadline and self._error is None:
+            with self._outstanding_lock:
+                if self._outstanding <= 0:
+                    break
+            time.sleep(0.01)
+        if remaining:
+            log.warning(
+                "%d deliveries still outstanding at the end of the term; their rows stay marked", remaining
+            )
+        self._deliveries.put(_STOP)
+        purger.join(timeout=self.limits.drain_timeout + 5)
+
+
+class Engine:
+    """Runs MP/R terms. ``store_factory`` opens a store (one per thread: marker and purger)."""
+
+    def __init__(
+        self,
+        store_factory: Callable[[], OutboxStore],
+        publisher: Publisher,
+        limits: EngineLimits,
+        emit: Callable[[Event], None] = lambda e: None,
+    ) -> None:
+        self.store_factory = store_factory
+        self.publisher = publisher
+        self.limits = limits
+        self._emit = emit
+        self.counters = Counters()
+        self._last_snapshot = self.counters.snapshot()
+        self.current: Term | None = None
+
+    def emit(self, event: Event) -> None:
+        try:
+            self._emit(event)
+        except Exception:
+            log.exception("event handler raised on %s", type(event).__name__)
+
+    def run_term(self, should_run: Callable[[], bool], on_start: Callable[[str], None] | None = None) -> str:
+        """Harvest until ``should_run()`` turns false. Returns the term's first leader id."""
+        term = Term(self, should_run)
+        self.current = term
+        first_id = term.leader_id
+        if on_start is not None:
+            on_start(first_id)
+        try:
+            term.run()
+        except InvariantViolation:
+            log.critical("invariant violated: stopping the harvester", exc_info=True)
+            raise
+        finally:
+            self.current = None
+        return first_id
+
+    def emit_meter(self, interval: float, disp: Dispatcher | None = None) -> Stats:
+        c = self.counters
+        now = c.snapshot()
+        prev, self._last_snapshot = self._last_snapshot, now
+        delta = [a - b for a, b in zip(now, prev, strict=True)]
+        samples = list(c.latencies)
+        c.latencies.clear()
+        stats = Stats(
+            interval_s=interval,
+            throughput=delta[1] / interval if interval > 0 else 0.0,
+            in_flight=disp.in_flight if disp else 0,
+            pending=disp.pending if disp else 0,
+            marked=delta[0],
+            published=delta[1],
+            purged=delta[2],
+            reset=delta[3],
+            dead=delta[4],
+            latency_ms=percentiles(samples),
+        )
+        self.emit(MeterRead(stats))
+        return stats

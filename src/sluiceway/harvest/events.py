@@ -1,0 +1,66 @@
+"""Events for embedded users (``Harvest.set_event_handler``), as goharvest's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Base class of every harvester event."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAcquired(Event):
+    """This process became the leader; ``leader_id`` is fresh and never reused."""
+
+    leader_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderRefreshed(Event):
+    """A new leader id was generated (after a delivery error or a failed database call)."""
+
+    leader_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderRevoked(Event):
+    """Leadership was given up in an orderly way (rebalance, release, shutdown)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderFenced(Event):
+    """Leadership could no longer be confirmed in time: marking stopped at once."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordDeadLettered(Event):
+    """A poison record moved to the dead-letter table (with its removal from the outbox)."""
+
+    record_id: int
+    topic: str
+    key: str
+    error: str
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """A meter reading over the interval since the previous one."""
+
+    interval_s: float
+    throughput: float  # records acknowledged per second
+    in_flight: int
+    pending: int
+    marked: int
+    published: int
+    purged: int
+    reset: int
+    dead: int
+    latency_ms: dict[str, float] = field(default_factory=dict)  # p50, p90, p99, max: create → ack
+
+
+@dataclass(frozen=True, slots=True)
+class MeterRead(Event):
+    stats: Stats

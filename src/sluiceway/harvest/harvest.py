@@ -1,0 +1,275 @@
+"""The embedded harvester: ``Harvest(config)`` with ``start``, ``stop``, ``wait`` and events."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sluiceway.errors import SluicewayError
+from sluiceway.harvest.config import HarvestConfig
+from sluiceway.harvest.engine import Engine, EngineLimits
+from sluiceway.harvest.events import Event, LeaderAcquired, LeaderFenced, LeaderRevoked
+from sluiceway.harvest.ports import LeaderElection, OutboxStore, Publisher
+
+log = logging.getLogger("sluiceway.harvest")
+
+EventHandler = Callable[[Event], None]
+
+
+def engine_limits(config: HarvestConfig) -> EngineLimits:
+    lim = config.limits
+    dl = config.harvest.dead_letter
+    return EngineLimits(
+        max_in_flight_records=lim.max_in_flight_records,
+        send_concurrency=lim.send_concurrency,
+        send_buffer=lim.send_buffer,
+        mark_query_records=lim.mark_query_records,
+        mark_backoff=lim.mark_backoff,
+        io_error_backoff=lim.io_error_backoff,
+        drain_timeout=min(lim.queue_timeout, max(lim.drain_interval, 1.0)),
+        min_metrics_interval=lim.min_metrics_interval,
+        max_attempts=dl.max_attempts,
+        dead_letter=dl.enabled,
+        bury_permanent=dl.permanent_errors,
+    )
+
+
+class Harvest:
+    """Harvests an outbox while this process is the elected leader.
+
+    >>> cfg = HarvestConfig.from_dict({"harvest": {               # doctest: +SKIP
+    ...     "dataSource": "sqlite:///app.db", "journal": {"path": "./journal"}}})
+    >>> with Harvest(cfg) as harvest:                             # doctest: +SKIP
+    ...     harvest.set_event_handler(print)
+    ...     harvest.wait(timeout=10)
+
+    Collaborators can be injected for tests (``store_factory``, ``publisher_factory``, ``election``);
+    by default they follow from the configuration.
+    """
+
+    def __init__(
+        self,
+        config: HarvestConfig | dict[str, Any] | str | Path,
+        *,
+        store_factory: Callable[[], OutboxStore] | None = None,
+        publisher_factory: Callable[[int], Publisher] | None = None,
+        election: LeaderElection | None = None,
+    ) -> None:
+        if isinstance(config, dict):
+            config = HarvestConfig.from_dict(config)
+        elif isinstance(config, str | Path):
+            config = HarvestConfig.from_file(config)
+        self.config = config
+        h = config.harvest
+        self._store_factory = store_factory or self._default_store_factory()
+        self._publisher_factory = publisher_factory or self._default_publisher_factory()
+        self.election = election or self._default_election()
+        self._handler: EventHandler | None = None
+        self._stopping = threading.Event()
+        self._leadership = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._ended_by_election = False
+        self.engine = Engine(self._store_factory, _NoPublisher(), engine_limits(config), self._emit)
+        self.name = h.name
+
+    # -- public API ----------------------------------------------------------------------------
+    def set_event_handler(self, handler: EventHandler | None) -> None:
+        """Receive events (LeaderAcquired, LeaderRefreshed, LeaderRevoked, LeaderFenced, MeterRead,
+        RecordDeadLettered). Called from harvester threads: return quickly."""
+        self._handler = handler
+
+    def start(self) -> Harvest:
+        if self._thread is not None:
+            raise SluicewayError("harvest already started")
+        self._prepare()
+        self.election.start(_Listener(self))
+        self._thread = threading.Thread(target=self._run, name=f"sluice-harvest-{self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop marking, let in-flight deliveries finish (or leave them for the next leader), release
+        leadership. Idempotent."""
+        self._stopping.set()
+        with self._leadership:
+            self._leadership.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+        self.election.stop()
+        self._close_shared()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the harvester ends (``stop`` or a fatal error). Returns False on timeout;
+        re-raises a fatal error."""
+        if self._thread is None:
+            raise SluicewayError("harvest not started")
+        self._thread.join(timeout)
+        if self._error is not None:
+            raise self._error
+        return not self._thread.is_alive()
+
+    @property
+    def is_leader(self) -> bool:
+        return self.election.is_leader()
+
+    def __enter__(self) -> Harvest:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- internals ---------------------------------------------------------------------------
+    def _emit(self, event: Event) -> None:
+        handler = self._handler
+        if handler is not None:
+            handler(event)
+
+    def _run(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                with self._leadership:
+                    self._leadership.wait_for(
+                        lambda: self._stopping.is_set() or self.election.is_leader(), timeout=0.1
+                    )
+                if self._stopping.is_set():
+                    break
+                if not self.election.is_leader():
+                    continue
+                self._term()
+        except BaseException as exc:
+            log.exception("harvester stopped by an error")
+            self._error = exc
+
+    def _term(self) -> None:
+        epoch = int(getattr(self.election, "epoch", 0))
+        try:
+            publisher = self._publisher_factory(epoch)
+        except SluicewayError as exc:
+            log.warning("cannot open the destination for this term: %s", exc)
+            self._stopping.wait(self.config.limits.io_error_backoff)
+            return
+        self.engine.publisher = publisher
+        self._ended_by_election = False
+
+        def should_run() -> bool:
+            return not self._stopping.is_set() and self.election.is_leader()
+
+        try:
+            self.engine.run_term(should_run, on_start=lambda leader_id: self._emit(LeaderAcquired(leader_id)))
+        finally:
+            publisher.close()
+        if not self._stopping.is_set() and not self._ended_by_election:
+            # Our own deadline passed before the election thread said so: that is a fence.
+            self._emit(LeaderFenced())
+
+    # -- defaults from configuration -------------------------------------------------------
+    _metrics: Any = None
+
+    def _prepare(self) -> None:
+        h = self.config.harvest
+        if h.metrics_addr:
+            from sluiceway.harvest.metrics import HarvestMetrics
+
+            self._metrics = HarvestMetrics(h.name)
+            host, port = self._metrics.serve(h.metrics_addr)
+            log.info("metrics on http://%s:%d/metrics", host, port)
+            user = self._handler
+
+            def both(event: Event) -> None:
+                self._metrics.observe(event)
+                if user is not None:
+                    user(event)
+
+            self._handler = both
+
+    def _default_store_factory(self) -> Callable[[], OutboxStore]:
+        from sluiceway.outbox.store import SqlOutboxStore
+
+        h = self.config.harvest
+        return lambda: SqlOutboxStore(h.data_source, h.outbox_table)
+
+    def _default_publisher_factory(self) -> Callable[[int], Publisher]:
+        h = self.config.harvest
+        if h.journal is not None:
+            target = h.journal
+
+            def journal(epoch: int) -> Publisher:
+                from sluiceway.harvest.journal_target import JournalPublisher
+
+                return JournalPublisher(
+                    target.path,
+                    epoch=epoch,
+                    register=target.epoch_register,
+                    segment_bytes=target.segment_bytes,
+                    fsync=target.fsync,
+                )
+
+            return journal
+
+        def kafka(epoch: int) -> Publisher:
+            from sluiceway.harvest.kafka import KafkaPublisher
+
+            # A fresh client per leadership term: nothing a fenced term queued can leak into the next.
+            return KafkaPublisher(h.producer_config)
+
+        return kafka
+
+    def _default_election(self) -> LeaderElection:
+        h = self.config.harvest
+        lim = self.config.limits
+        if h.election_kind == "kafka":
+            from sluiceway.election.neli import KafkaElection
+
+            return KafkaElection(
+                h.kafka_config,
+                h.topic_for_leader,
+                h.group_id,
+                heartbeat_timeout=lim.heartbeat_timeout,
+                min_poll_interval=lim.min_poll_interval,
+                poll_duration=lim.poll_duration,
+            )
+        from sluiceway.election.lease import DatabaseLease
+
+        ttl = h.election.lease_timeout or lim.heartbeat_timeout
+        return DatabaseLease(h.data_source, h.election_name, ttl=ttl)
+
+    def _close_shared(self) -> None:
+        if self._metrics is not None:
+            self._metrics.close()
+
+
+class _Listener:
+    def __init__(self, harvest: Harvest) -> None:
+        self.h = harvest
+
+    def _wake(self) -> None:
+        with self.h._leadership:
+            self.h._leadership.notify_all()
+
+    def leader_acquired(self, epoch: int) -> None:
+        self._wake()
+
+    def leader_revoked(self) -> None:
+        self.h._ended_by_election = True
+        self.h._emit(LeaderRevoked())
+        self._wake()
+
+    def leader_fenced(self) -> None:
+        self.h._ended_by_election = True
+        self.h._emit(LeaderFenced())
+        self._wake()
+
+
+class _NoPublisher:
+    def send(self, record: Any, on_done: Any) -> None:
+        raise SluicewayError("no publisher outside a leadership term")
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass

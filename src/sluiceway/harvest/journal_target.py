@@ -1,0 +1,145 @@
+"""The journal adapter of the Publisher port: outbox records appended to a local journal.
+
+Each record's namespace is its outbox topic. The leader's epoch (from the database lease) is
+kept in a journal register: every append expects the register to still hold this term's epoch,
+so a fenced, stale leader's appends are rejected by the journal itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+from sluiceway.errors import LeadershipError
+from sluiceway.harvest.ports import Delivery
+from sluiceway.journal import ExpectationFailed, Journal, JournalError, JournalLockedError
+from sluiceway.outbox.record import MarkedRecord
+
+log = logging.getLogger("sluiceway.harvest.journal")
+
+_Item = tuple[MarkedRecord, Callable[[Delivery], None]]
+
+
+class JournalPublisher:
+    """Group-commits queued records into journal appends (up to ``max_batch`` per append)."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        epoch: int,
+        register: str = "sluiceway.harvest.epoch",
+        segment_bytes: int = 64 << 20,
+        fsync: bool = True,
+        open_timeout: float = 10.0,
+        max_batch: int = 1000,
+    ) -> None:
+        self.path = path
+        self.epoch = epoch
+        self.register = register
+        self.max_batch = max_batch
+        self.journal = self._open(path, segment_bytes, fsync, open_timeout)
+        try:
+            self._claim_epoch()
+        except BaseException:
+            self.journal.close()
+            raise
+        self._queue: queue.Queue[_Item | None] = queue.Queue()
+        self._busy = 0
+        self._idle = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="sluice-journal-publisher", daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _open(path: str, segment_bytes: int, fsync: bool, timeout: float) -> Journal:
+        # The previous leader may still be closing the journal (one writer process at a time).
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return Journal.open(path, segment_bytes=segment_bytes, fsync=fsync)
+            except JournalLockedError as exc:
+                if time.monotonic() >= deadline:
+                    raise LeadershipError(f"journal {path} is still held by another writer") from exc
+                time.sleep(0.05)
+
+    def _claim_epoch(self) -> None:
+        current = self.journal.registers().get(self.register)
+        if current is not None and int(current) > self.epoch:
+            raise LeadershipError(
+                f"journal {self.path} belongs to a newer leader (epoch {current} > {self.epoch})"
+            )
+        if current != str(self.epoch):
+            try:
+                with self.journal.append(
+                    expect_registers={self.register: current}, set_registers={self.register: str(self.epoch)}
+                ):
+                    pass
+            except ExpectationFailed as exc:
+                raise LeadershipError(f"another leader claimed journal {self.path} first") from exc
+
+    def send(self, record: MarkedRecord, on_done: Callable[[Delivery], None]) -> None:
+        with self._idle:
+            self._busy += 1
+        self._queue.put((record, on_done))
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            stop = False
+            while len(batch) < self.max_batch:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stop = True
+                    break
+                batch.append(item)
+            self._append(batch)
+            with self._idle:
+                self._busy -= len(batch)
+                self._idle.notify_all()
+            if stop:
+                return
+
+    def _append(self, batch: list[_Item]) -> None:
+        try:
+            with self.journal.append(expect_registers={self.register: str(self.epoch)}) as tx:
+                for record, _ in batch:
+                    tx.write(
+                        record.key,
+                        record.value,
+                        headers=list(record.headers),
+                        namespace=record.topic,
+                        timestamp=record.create_time,
+                    )
+            offsets = tx.offsets
+        except ExpectationFailed:
+            error = f"fenced: journal epoch register moved past {self.epoch}"
+            log.warning("journal append rejected: %s", error)
+            for record, done in batch:
+                done(Delivery(record, error=error))
+            return
+        except (JournalError, OSError) as exc:
+            for record, done in batch:
+                done(Delivery(record, error=f"{type(exc).__name__}: {exc}"))
+            return
+        for (record, done), offset in zip(batch, offsets, strict=True):
+            done(Delivery(record, offset=offset))
+
+    def flush(self, timeout: float) -> int:
+        with self._idle:
+            self._idle.wait_for(lambda: self._busy == 0, timeout)
+            return self._busy
+
+    def close(self) -> None:
+        self.flush(5.0)
+        self._queue.put(None)
+        self._thread.join(timeout=10)
+        self.journal.close()

@@ -1,0 +1,113 @@
+"""An in-memory OutboxStore for unit tests of the pure harvester core (no I/O).
+
+Answers the same verbs as the SQL store, with the same semantics: mark claims the oldest rows
+whose leader id is not the caller's; purge/reset/bury act by id. ``fail_next`` injects failures,
+including the nasty kind — the call takes effect, then reports an error anyway.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from sluiceway.errors import DatabaseError
+from sluiceway.outbox.record import MarkedRecord, OutboxRecord, validate_record
+
+
+class MemoryOutboxStore:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self.rows: dict[int, MarkedRecord] = {}
+        self.dead: dict[int, tuple[MarkedRecord, str, int]] = {}
+        self._faults: dict[str, list[bool]] = {}  # verb -> queue of "applied before failing?" flags
+        self.calls: dict[str, int] = {}
+
+    # -- test controls -----------------------------------------------------------------------
+    def stash(self, record: OutboxRecord) -> int:
+        value = validate_record(record)
+        with self._lock:
+            rid = next(self._ids)
+            self.rows[rid] = MarkedRecord(
+                rid,
+                datetime.now(UTC),
+                record.topic,
+                record.key,
+                value,
+                tuple(record.headers),
+                None,
+                record.partition,
+            )
+            return rid
+
+    def fail_next(self, verb: str, *, applied: bool = False, times: int = 1) -> None:
+        """Make the next ``times`` calls of ``verb`` raise; ``applied`` = the change happens first."""
+        with self._lock:
+            self._faults.setdefault(verb, []).extend([applied] * times)
+
+    def _fault(self, verb: str) -> bool | None:
+        self.calls[verb] = self.calls.get(verb, 0) + 1
+        queue = self._faults.get(verb)
+        return queue.pop(0) if queue else None
+
+    # -- OutboxStore -------------------------------------------------------------------------
+    def mark(self, leader_id: str, limit: int) -> list[MarkedRecord]:
+        with self._lock:
+            fault = self._fault("mark")
+            if fault is False:
+                raise DatabaseError("injected: mark failed")
+            out = []
+            for rid in sorted(self.rows):
+                row = self.rows[rid]
+                if row.leader_id != leader_id:
+                    row = MarkedRecord(
+                        row.id,
+                        row.create_time,
+                        row.topic,
+                        row.key,
+                        row.value,
+                        row.headers,
+                        leader_id,
+                        row.partition,
+                    )
+                    self.rows[rid] = row
+                    out.append(row)
+                    if len(out) >= limit:
+                        break
+            if fault is True:
+                raise DatabaseError("injected: mark applied, then the connection dropped")
+            return out
+
+    def purge(self, ids: Sequence[int]) -> None:
+        with self._lock:
+            fault = self._fault("purge")
+            if fault is False:
+                raise DatabaseError("injected: purge failed")
+            for rid in ids:
+                self.rows.pop(rid, None)
+            if fault is True:
+                raise DatabaseError("injected: purge applied, then the connection dropped")
+
+    def reset(self, record_id: int, leader_id: str) -> None:
+        with self._lock:
+            fault = self._fault("reset")
+            if fault is False:
+                raise DatabaseError("injected: reset failed")
+            row = self.rows.get(record_id)
+            if row is not None and row.leader_id == leader_id:
+                self.rows[record_id] = MarkedRecord(
+                    row.id, row.create_time, row.topic, row.key, row.value, row.headers, None, row.partition
+                )
+
+    def bury(self, record: MarkedRecord, error: str, attempts: int) -> None:
+        with self._lock:
+            if self._fault("bury") is not None:
+                raise DatabaseError("injected: bury failed")
+            row = self.rows.pop(record.id, None)
+            if row is not None:
+                self.dead[record.id] = (row, error, attempts)
+
+    def close(self) -> None:
+        pass

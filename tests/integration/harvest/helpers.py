@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from sluiceway.harvest import Harvest, HarvestConfig
+from sluiceway.harvest.events import Event
+
+
+def kafka_config(dsn: str, bootstrap: str, name: str, **extra: Any) -> HarvestConfig:
+    harvest: dict[str, Any] = {
+        "name": name,
+        "baseKafkaConfig": {"bootstrap.servers": bootstrap},
+        "dataSource": dsn,
+        "election": {"kind": "database"},
+        "limits": {"heartbeatTimeout": "2s", "minMetricsInterval": "500ms"},
+    }
+    harvest.update(extra)
+    return HarvestConfig.from_dict({"harvest": harvest})
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, event: Event) -> None:
+        with self.lock:
+            self.events.append(event)
+
+    def names(self) -> list[str]:
+        with self.lock:
+            return [type(e).__name__ for e in self.events]
+
+    def of(self, cls: type[Event]) -> list[Any]:
+        with self.lock:
+            return [e for e in self.events if isinstance(e, cls)]
+
+
+def started(harvest: Harvest, recorder: Recorder) -> Harvest:
+    harvest.set_event_handler(recorder)
+    return harvest.start()
