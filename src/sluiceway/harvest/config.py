@@ -186,8 +186,12 @@ class Harvest(_Strict):
 
     @property
     def producer_config(self) -> dict[str, Any]:
-        """Producer settings: idempotent by default, the user's settings win."""
-        return {"enable.idempotence": True, **self.kafka_config, **self.producer_kafka_config}
+        """Producer settings: idempotent by default, the user's settings win.
+
+        ``linger.ms`` defaults to 1 (librdkafka 2.x defaults to 5): with one record in flight per
+        key, every millisecond a record waits for a batch is a millisecond its key is blocked.
+        """
+        return {"enable.idempotence": True, "linger.ms": 1, **self.kafka_config, **self.producer_kafka_config}
 
     @property
     def group_id(self) -> str:

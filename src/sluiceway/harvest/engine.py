@@ -17,7 +17,6 @@ Failure rules (from goharvest, made explicit):
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 import uuid
@@ -40,8 +39,6 @@ from sluiceway.harvest.ports import Delivery, OutboxStore, Publisher
 from sluiceway.outbox.record import MarkedRecord
 
 log = logging.getLogger("sluiceway.harvest")
-
-_STOP = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +82,55 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     return {"p50": at(0.50), "p90": at(0.90), "p99": at(0.99), "max": ordered[-1]}
 
 
+class ShardQueue:
+    """A send queue that holds at most ``capacity`` records (``sendBuffer``), moved in batches:
+    one lock round trip per batch rather than per record keeps thread hand-offs cheap. Taking
+    from any shard signals the shared ``room`` condition, which the enqueuer waits on."""
+
+    def __init__(self, capacity: int, room: threading.Condition) -> None:
+        self.capacity = capacity
+        self._items: deque[MarkedRecord] = deque()
+        self._cv = threading.Condition()
+        self._room = room
+        self._closed = False
+
+    def qsize(self) -> int:
+        return len(self._items)
+
+    def offer(self, records: list[MarkedRecord], start: int) -> int:
+        """Enqueue ``records[start:]`` as far as there is room, without blocking.
+        Returns how many were taken, or -1 once the queue is closed."""
+        with self._cv:
+            if self._closed:
+                return -1
+            n = min(self.capacity - len(self._items), len(records) - start)
+            if n > 0:
+                self._items.extend(records[start : start + n])
+                self._cv.notify()
+            return max(n, 0)
+
+    def take(self) -> list[MarkedRecord] | None:
+        """Everything queued (blocking until something is), or None once closed and empty."""
+        with self._cv:
+            self._cv.wait_for(lambda: self._items or self._closed)
+            if not self._items:
+                return None
+            batch = list(self._items)
+            self._items.clear()
+        with self._room:
+            self._room.notify_all()
+        return batch
+
+    def close(self) -> list[MarkedRecord]:
+        """Stop accepting; return what was still queued (never sent)."""
+        with self._cv:
+            self._closed = True
+            left = list(self._items)
+            self._items.clear()
+            self._cv.notify_all()
+        return left
+
+
 class Term:
     """One leadership term: owns the threads and the dispatcher, from acquisition to revocation."""
 
@@ -98,10 +144,15 @@ class Term:
         self.should_run = should_run
         self.dispatcher = Dispatcher(self.limits.max_in_flight_records)
         self.leader_id = str(uuid.uuid4())
-        self._shards: list[queue.Queue[object]] = [
-            queue.Queue(maxsize=self.limits.send_buffer) for _ in range(self.limits.send_concurrency)
+        self._room = threading.Condition()
+        self._shards = [
+            ShardQueue(self.limits.send_buffer, self._room) for _ in range(self.limits.send_concurrency)
         ]
-        self._deliveries: queue.Queue[object] = queue.Queue()
+        # Delivery reports arrive on the publisher's threads: appending to a deque is atomic and
+        # cheap; the event wakes the purge/reset thread, which takes everything queued at once.
+        self._deliveries: deque[Delivery] = deque()
+        self._delivery_signal = threading.Event()
+        self._purger_stop = False
         self._outstanding = 0  # handed to the publisher, delivery report not yet settled
         self._outstanding_lock = threading.Lock()
         self._stopping = threading.Event()
@@ -175,61 +226,81 @@ class Term:
         self._stopping.wait(seconds) if seconds > 0 else None
 
     def _enqueue(self, records: list[MarkedRecord]) -> None:
+        """Hand records to their shards (key hash), in order within each shard. Fills every shard
+        that has room before waiting, so one full shard never stalls the others."""
+        if not records:
+            return
         n = len(self._shards)
+        todo: dict[int, list[MarkedRecord]] = {}
         for record in records:
-            shard = self._shards[zlib.crc32(record.key.encode("utf-8")) % n] if n > 1 else self._shards[0]
-            while True:
-                try:
-                    shard.put(record, timeout=0.1)
-                    break
-                except queue.Full:
-                    if self._stopping.is_set() or self._error is not None:
-                        self.dispatcher.abandon([record])
-                        break
+            index = zlib.crc32(record.key.encode("utf-8")) % n if n > 1 else 0
+            todo.setdefault(index, []).append(record)
+        done_upto = dict.fromkeys(todo, 0)
+        while todo:
+            progressed = False
+            for index in list(todo):
+                batch = todo[index]
+                taken = self._shards[index].offer(batch, done_upto[index])
+                if taken < 0:  # closed: shutting down
+                    self.dispatcher.abandon(batch[done_upto[index] :])
+                    del todo[index]
+                    continue
+                if taken:
+                    progressed = True
+                    done_upto[index] += taken
+                    if done_upto[index] == len(batch):
+                        del todo[index]
+            if todo and not progressed:
+                if self._stopping.is_set() or self._error is not None:
+                    for index, batch in todo.items():
+                        self.dispatcher.abandon(batch[done_upto[index] :])
+                    return
+                with self._room:
+                    # Bounded wait: a take() between our offer and this wait cannot strand us.
+                    self._room.wait(0.005)
 
     # -- shard senders -------------------------------------------------------------------------
     def _shard_loop(self, index: int) -> None:
-        q = self._shards[index]
+        shard = self._shards[index]
         publisher = self.engine.publisher
         while True:
-            item = q.get()
-            if item is _STOP:
+            batch = shard.take()
+            if batch is None:
                 return
-            assert isinstance(item, MarkedRecord)
             if self._stopping.is_set():
-                # Shutting down: do not start new sends; the row stays marked for the next leader.
-                self.dispatcher.abandon([item])
+                # Shutting down: do not start new sends; the rows stay marked for the next leader.
+                self.dispatcher.abandon(batch)
                 continue
             with self._outstanding_lock:
-                self._outstanding += 1
-            try:
-                publisher.send(item, self._delivered)
-            except Exception as exc:  # a synchronous refusal is a failed delivery
-                permanent = bool(getattr(exc, "permanent", False))
-                self._delivered(Delivery(item, error=f"{type(exc).__name__}: {exc}", permanent=permanent))
+                self._outstanding += len(batch)
+            for item in batch:
+                try:
+                    publisher.send(item, self._delivered)
+                except Exception as exc:  # a synchronous refusal is a failed delivery
+                    permanent = bool(getattr(exc, "permanent", False))
+                    self._delivered(Delivery(item, error=f"{type(exc).__name__}: {exc}", permanent=permanent))
 
     def _delivered(self, delivery: Delivery) -> None:
-        self._deliveries.put(delivery)
+        self._deliveries.append(delivery)
+        self._delivery_signal.set()
 
     # -- purge / reset -------------------------------------------------------------------------
     def _purge_loop(self) -> None:
         store = self.engine.store_factory()
+        signal, deliveries = self._delivery_signal, self._deliveries
         try:
             while True:
-                first = self._deliveries.get()
-                if first is _STOP:
+                signal.wait(0.1)
+                signal.clear()  # before draining: a report appended after this sets it again
+                batch: list[Delivery] = []
+                while deliveries and len(batch) < 5000:
+                    batch.append(deliveries.popleft())
+                if batch:
+                    self._settle(store, batch)
+                    if deliveries:
+                        signal.set()
+                elif self._purger_stop:
                     return
-                batch = [first]
-                while len(batch) < 2000:
-                    try:
-                        item = self._deliveries.get_nowait()
-                    except queue.Empty:
-                        break
-                    if item is _STOP:
-                        self._deliveries.put(_STOP)  # settle this batch, then stop
-                        break
-                    batch.append(item)
-                self._settle(store, [d for d in batch if isinstance(d, Delivery)])
         except BaseException as exc:  # an invariant violation or a bug: stop the term loudly
             log.exception("purge/reset loop failed")
             self._error = exc
@@ -318,19 +389,9 @@ class Term:
 
     # -- shutdown ------------------------------------------------------------------------------
     def _shutdown(self, shards: list[threading.Thread], purger: threading.Thread) -> None:
-        for q in self._shards:
-            while True:
-                try:
-                    q.put(_STOP, timeout=0.1)
-                    break
-                except queue.Full:
-                    # Drain unsent records: they stay marked for whoever leads next.
-                    try:
-                        item = q.get_nowait()
-                    except queue.Empty:
-                        continue
-                    if isinstance(item, MarkedRecord):
-                        self.dispatcher.abandon([item])
+        for shard in self._shards:
+            # Unsent records stay marked for whoever leads next.
+            self.dispatcher.abandon(shard.close())
         for t in shards:
             t.join()
         # Let deliveries already handed to the publisher finish, so their rows are purged or reset.
@@ -345,7 +406,8 @@ class Term:
             log.warning(
                 "%d deliveries still outstanding at the end of the term; their rows stay marked", remaining
             )
-        self._deliveries.put(_STOP)
+        self._purger_stop = True
+        self._delivery_signal.set()
         purger.join(timeout=self.limits.drain_timeout + 5)
 
 

@@ -12,6 +12,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 from sluiceway.errors import InvalidRecordError, PublishError
 from sluiceway.harvest.ports import Delivery
 from sluiceway.outbox.record import MarkedRecord, validate_topic
@@ -47,6 +49,7 @@ class KafkaPublisher:
         self.config = dict(config)
         self._producers = [Producer(self.config) for _ in range(max(1, producers))]
         self._permanent = _permanent_codes()
+        self._valid_topics: set[str] = set()
         self._closed = threading.Event()
         # librdkafka runs delivery callbacks inside poll(): one thread per client keeps them flowing.
         self._pollers = [
@@ -55,18 +58,24 @@ class KafkaPublisher:
         ]
         for t in self._pollers:
             t.start()
+        # Connect and load topic metadata now, so the first records of a term do not wait for it.
+        for p in self._producers:
+            try:
+                p.list_topics(timeout=5)
+            except Exception as exc:  # the broker may be away: sends will wait for it anyway
+                log.debug("metadata warm-up failed: %s", exc)
 
     def _poll_loop(self, producer: Any) -> None:
         while not self._closed.is_set():
             producer.poll(0.05)
 
     def send(self, record: MarkedRecord, on_done: Callable[[Delivery], None]) -> None:
-        from confluent_kafka import KafkaException
-
-        try:
-            validate_topic(record.topic)
-        except InvalidRecordError as exc:
-            raise PermanentPublishError(f"invalid topic {record.topic!r}: {exc.problem}") from exc
+        if record.topic not in self._valid_topics:
+            try:
+                validate_topic(record.topic)
+            except InvalidRecordError as exc:
+                raise PermanentPublishError(f"invalid topic {record.topic!r}: {exc.problem}") from exc
+            self._valid_topics.add(record.topic)
         producer = self._producers[hash(record.key) % len(self._producers)]
         permanent = self._permanent
 

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from sluiceway.outbox.record import MarkedRecord
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
+class Delivery(NamedTuple):
     """The outcome of one send. ``error`` is None on success.
 
     ``permanent`` says the destination can never accept this record (too large, invalid topic):

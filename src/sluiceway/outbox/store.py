@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from sluiceway.db import Database, Dialect
 from sluiceway.outbox.record import MarkedRecord
-from sluiceway.outbox.table import OutboxLayout, decode_row, discover, queries
+from sluiceway.outbox.table import OutboxLayout, decode_rows, discover, queries
 
 
 class SqlOutboxStore:
@@ -29,7 +29,7 @@ class SqlOutboxStore:
             rows = [(*r[:7], leader_id, *r[8:]) for r in rows]
         else:
             rows = self.db.fetchall(self.q["mark"], {"leader_id": leader_id, "limit": limit}, what="mark")
-        records = [decode_row(r, self.layout) for r in rows]
+        records = decode_rows(rows, self.layout, leader_id)
         records.sort(key=lambda r: r.id)
         return records
 

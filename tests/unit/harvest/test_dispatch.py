@@ -69,9 +69,15 @@ def test_settling_what_is_not_in_flight_is_a_violation() -> None:
         d.settle([rec(1, "a")])
 
 
-def test_throttle() -> None:
+def test_throttle_is_strict_and_ready_records_keep_their_key() -> None:
     d = Dispatcher(2)
-    d.admit([rec(1, "a"), rec(2, "b")])
+    sends, _ = d.admit([rec(1, "a"), rec(2, "b"), rec(3, "c"), rec(4, "c"), rec(5, "d")])
+    assert [r.id for r in sends] == [1, 2]  # never more than two unacknowledged
+    assert (d.in_flight, d.pending) == (2, 3)
     assert not d.wait_for_room(0.01)
-    d.settle([rec(1, "a")])
-    assert d.wait_for_room(0.01)
+    # A freed slot goes to the oldest ready record; record 4 stays behind 3 (same key).
+    assert [r.id for r in d.settle([rec(1, "a")])] == [3]
+    assert [r.id for r in d.settle([rec(3, "c")])] == [5]
+    assert [r.id for r in d.settle([rec(5, "d")])] == [4]
+    assert d.settle([rec(2, "b"), rec(4, "c")]) == []
+    assert d.wait_for_room(0.01) and d.busy_keys() == frozenset()

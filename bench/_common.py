@@ -1,0 +1,43 @@
+"""Shared bench plumbing: throwaway databases, result tables and the closing JSON line."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+PG_SERVER = os.environ.get("SLUICE_BENCH_POSTGRES", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
+
+
+@contextmanager
+def scratch_postgres(prefix: str = "sluice_bench") -> Iterator[str]:
+    """A fresh Postgres database for one bench run, dropped afterwards."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_SERVER, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    params = conninfo_to_dict(PG_SERVER)
+    params["dbname"] = name
+    try:
+        yield make_conninfo(**params)  # type: ignore[arg-type]
+    finally:
+        with psycopg.connect(PG_SERVER, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def report(title: str, rows: list[tuple[str, str]], summary: dict[str, Any]) -> None:
+    table = Table(title=title)
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for name, value in rows:
+        table.add_row(name, value)
+    Console().print(table)
+    print(json.dumps(summary))

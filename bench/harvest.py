@@ -1,0 +1,219 @@
+"""Harvester throughput and latency against the raw SQL ceiling, in one run.
+
+    .venv/bin/python bench/harvest.py [--rows 200000] [--keys 1000] [--few-keys-rows 20000]
+
+(a) ceiling: a tight mark + batch-delete loop on the same rows, no broker;
+(b) the harvester draining the same rows into a Kafka-protocol broker (Tansu, loopback);
+(c) the same with all rows over 10 keys (the per-key barrier's worst case);
+(d) end-to-end latency (row commit -> broker ack) at a fixed offered load of 2,000 rec/s.
+Last line: one JSON object with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import report, scratch_postgres
+from sluiceway.db import Database
+from sluiceway.harvest import Harvest, HarvestConfig, LeaderAcquired
+from sluiceway.harvest.ports import Delivery, Publisher
+from sluiceway.outbox import init_outbox
+from sluiceway.outbox.record import MarkedRecord
+from sluiceway.testing import Broker, wait_until
+
+VALUE = "x" * 100
+
+
+def load(dsn: str, rows: int, keys: int, topic: str) -> None:
+    with Database(dsn) as db:
+        init_outbox(db)
+        db.execute("TRUNCATE outbox")
+    with psycopg.connect(dsn) as conn, conn.cursor() as cur:
+        buf = io.StringIO()
+        for i in range(rows):
+            buf.write(f"2026-11-25 00:00:00+00\t{topic}\tkey-{i % keys}\t{VALUE}\t{{}}\t{{}}\n")
+        buf.seek(0)
+        with cur.copy(
+            "COPY outbox (create_time, kafka_topic, kafka_key, kafka_value, kafka_header_keys, "
+            "kafka_header_values) FROM STDIN"
+        ) as copy:
+            copy.write(buf.read())
+        cur.execute("VACUUM ANALYZE outbox") if False else None
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE outbox")
+
+
+def ceiling(dsn: str, batch: int) -> float:
+    """Mark + delete in a tight loop: the most any MP/R harvester could do on this database."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        start = time.perf_counter()
+        total = 0
+        while True:
+            rows = conn.execute(
+                "UPDATE outbox SET leader_id = %s WHERE id IN (SELECT id FROM outbox WHERE leader_id IS NULL "
+                "OR leader_id <> %s ORDER BY id LIMIT %s) RETURNING id, create_time, kafka_topic, kafka_key, "
+                "kafka_value, kafka_header_keys, kafka_header_values, leader_id",
+                ("00000000-0000-0000-0000-000000000001", "00000000-0000-0000-0000-000000000001", batch),
+            ).fetchall()
+            if not rows:
+                break
+            conn.execute("DELETE FROM outbox WHERE id = ANY(%s)", ([r[0] for r in rows],))
+            total += len(rows)
+        return total / (time.perf_counter() - start)
+
+
+def harvest_config(dsn: str, bootstrap: str, name: str, mark: int) -> HarvestConfig:
+    return HarvestConfig.from_dict(
+        {
+            "harvest": {
+                "name": name,
+                "dataSource": dsn,
+                "baseKafkaConfig": {"bootstrap.servers": bootstrap},
+                "election": {"kind": "database"},
+                "limits": {"markQueryRecords": mark, "minMetricsInterval": "60s"},
+            }
+        }
+    )
+
+
+def outbox_rows(dsn: str) -> int:
+    with Database(dsn) as db:
+        return int(db.fetchone("SELECT count(*) FROM outbox")[0])  # type: ignore[index]
+
+
+def drain(dsn: str, bootstrap: str, name: str, mark: int, rows: int) -> float:
+    acquired = threading.Event()
+    harvest = Harvest(harvest_config(dsn, bootstrap, name, mark))
+    harvest.set_event_handler(lambda e: acquired.set() if isinstance(e, LeaderAcquired) else None)
+    harvest.start()
+    try:
+        wait_until(acquired.is_set, timeout=30)
+        start = time.perf_counter()
+        wait_until(lambda: outbox_rows(dsn) == 0, timeout=900, interval=0.01)
+        elapsed = time.perf_counter() - start
+    finally:
+        harvest.stop()
+    return rows / elapsed
+
+
+class AckClock:
+    """Wraps the real publisher to note when the broker acknowledged each record id."""
+
+    def __init__(self, inner: Publisher, acks: dict[int, float]) -> None:
+        self.inner, self.acks = inner, acks
+
+    def send(self, record: MarkedRecord, on_done: Callable[[Delivery], None]) -> None:
+        def done(d: Delivery) -> None:
+            if d.error is None:
+                self.acks.setdefault(record.id, time.perf_counter())
+            on_done(d)
+
+        self.inner.send(record, done)
+
+    def flush(self, timeout: float) -> int:
+        return self.inner.flush(timeout)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def latency(
+    dsn: str, bootstrap: str, topic: str, rate: int, seconds: float, mark: int
+) -> tuple[float, float, int]:
+    with Database(dsn) as db:
+        db.execute("TRUNCATE outbox")
+    acks: dict[int, float] = {}
+    commits: dict[int, float] = {}
+    acquired = threading.Event()
+    harvest = Harvest(harvest_config(dsn, bootstrap, f"{topic}-lat", mark))
+    base = harvest._publisher_factory
+    harvest._publisher_factory = lambda epoch: AckClock(base(epoch), acks)
+    harvest.set_event_handler(lambda e: acquired.set() if isinstance(e, LeaderAcquired) else None)
+    harvest.start()
+    try:
+        wait_until(acquired.is_set, timeout=30)
+        per_tick, tick = max(1, rate // 100), 0.01  # 100 small transactions a second
+        with psycopg.connect(dsn) as conn:
+            start = time.perf_counter()
+            n = 0
+            while time.perf_counter() - start < seconds:
+                due = start + (n // per_tick) * tick
+                pause = due - time.perf_counter()
+                if pause > 0:
+                    time.sleep(pause)
+                ids = []
+                for _ in range(per_tick):
+                    row = conn.execute(
+                        "INSERT INTO outbox (create_time, kafka_topic, kafka_key, kafka_value, "
+                        "kafka_header_keys, kafka_header_values) "
+                        "VALUES (now(), %s, %s, %s, '{}', '{}') RETURNING id",
+                        (topic, f"key-{n % 1000}", VALUE),
+                    ).fetchone()
+                    ids.append(row[0])  # type: ignore[index]
+                    n += 1
+                conn.commit()
+                committed = time.perf_counter()
+                for rid in ids:
+                    commits[rid] = committed
+        wait_until(lambda: len(acks) >= len(commits), timeout=60)
+    finally:
+        harvest.stop()
+    lat = sorted((acks[i] - commits[i]) * 1000 for i in commits if i in acks)
+    return lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))], len(lat)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=200_000)
+    ap.add_argument("--keys", type=int, default=1000)
+    ap.add_argument("--few-keys-rows", type=int, default=20_000)
+    ap.add_argument(
+        "--mark-records", type=int, default=500, help="rows per mark, for both ceiling and harvester"
+    )
+    ap.add_argument("--latency-seconds", type=float, default=10.0)
+    args = ap.parse_args()
+    with Broker() as broker, scratch_postgres() as dsn:
+        topic = broker.create_topic("bench-harvest", 8)
+        load(dsn, args.rows, args.keys, topic)
+        ceiling_rps = ceiling(dsn, args.mark_records)
+        load(dsn, args.rows, args.keys, topic)
+        harvest_rps = drain(dsn, broker.bootstrap, "bench", args.mark_records, args.rows)
+        load(dsn, args.few_keys_rows, 10, topic)
+        few_keys_rps = drain(dsn, broker.bootstrap, "bench-10", args.mark_records, args.few_keys_rows)
+        p50, p99, samples = latency(
+            dsn, broker.bootstrap, topic, 2000, args.latency_seconds, args.mark_records
+        )
+    ratio = harvest_rps / ceiling_rps
+    report(
+        f"harvest: {args.rows:,} rows, {args.keys} keys, 100-byte values (mark {args.mark_records})",
+        [
+            ("raw SQL ceiling (mark + delete, no broker)", f"{ceiling_rps:,.0f} rec/s"),
+            ("harvester -> broker", f"{harvest_rps:,.0f} rec/s"),
+            ("ratio (target >= 0.6)", f"{ratio:.2f}"),
+            (f"harvester, 10 keys ({args.few_keys_rows:,} rows)", f"{few_keys_rps:,.0f} rec/s"),
+            ("latency p50 @ 2,000 rec/s (commit -> ack)", f"{p50:.1f} ms"),
+            ("latency p99 @ 2,000 rec/s (target <= 50)", f"{p99:.1f} ms ({samples:,} samples)"),
+        ],
+        {
+            "bench": "harvest",
+            "ceiling_rps": round(ceiling_rps),
+            "harvest_rps": round(harvest_rps),
+            "ratio": round(ratio, 3),
+            "few_keys_rps": round(few_keys_rps),
+            "p50_ms": round(p50, 2),
+            "p99_ms": round(p99, 2),
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
