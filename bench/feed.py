@@ -1,0 +1,179 @@
+"""Feed throughput on PostgreSQL, against a raw claim/complete ceiling measured in the same run.
+
+    .venv/bin/python bench/feed.py                 # SLUICE_BENCH_POSTGRES overrides the server DSN
+
+* ceiling: 4 processes, each looping one tight claim of 100 rows
+  (``UPDATE … WHERE id IN (SELECT … WHERE status = 'available' ORDER BY id LIMIT 100 FOR UPDATE
+  SKIP LOCKED) RETURNING id`` over a partial index of available rows) and one batched complete;
+* feed: 4 worker processes (``FeedWorker``, no-op processor, batch 100) over the same number of
+  items in partitions — leases, gates, version checks and fan-in included.
+
+Creates its own database and drops it afterwards. Prints a table, then one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+import uuid
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from rich.console import Console
+from rich.table import Table
+
+from sluiceway.feed import Feed, FeedWorker, NewPartition
+
+SERVER = os.environ.get("SLUICE_BENCH_POSTGRES", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
+PROCESSES = 4
+BATCH = 100
+ITEMS = int(os.environ.get("SLUICE_BENCH_FEED_ITEMS", "200000"))
+PER_PARTITION = 100
+ROUNDS = int(os.environ.get("SLUICE_BENCH_FEED_ROUNDS", "2"))
+
+
+def noop(item: Any) -> dict[str, bool]:
+    return {"done": True}
+
+
+# -- ceiling -----------------------------------------------------------------------------------
+CLAIM = (
+    "UPDATE bench_jobs SET status = 'running' WHERE id IN ("
+    " SELECT id FROM bench_jobs WHERE status = 'available' ORDER BY id LIMIT 100 FOR UPDATE SKIP LOCKED"
+    ") RETURNING id"
+)
+COMPLETE = "UPDATE bench_jobs SET status = 'complete' WHERE id = ANY(%s)"
+
+
+def ceiling_process(dsn: str, barrier: Any, done: Any) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        barrier.wait()
+        n = 0
+        while True:
+            ids = [r[0] for r in conn.execute(CLAIM).fetchall()]
+            if not ids:
+                break
+            conn.execute(COMPLETE, (ids,))
+            n += len(ids)
+    done.put(n)
+
+
+def run_ceiling(dsn: str) -> float:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS bench_jobs")
+        conn.execute(
+            "CREATE TABLE bench_jobs (id BIGSERIAL PRIMARY KEY, status TEXT NOT NULL DEFAULT 'available', "
+            "data BYTEA NOT NULL)"
+        )
+        conn.execute("CREATE INDEX bench_jobs_available ON bench_jobs (id) WHERE status = 'available'")
+        conn.execute("INSERT INTO bench_jobs (data) SELECT 'x'::bytea FROM generate_series(1, %s)", (ITEMS,))
+        conn.execute("VACUUM ANALYZE bench_jobs")
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(PROCESSES + 1)
+    done = ctx.Queue()
+    procs = [ctx.Process(target=ceiling_process, args=(dsn, barrier, done)) for _ in range(PROCESSES)]
+    for p in procs:
+        p.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    total = sum(done.get(timeout=120) for _ in procs)
+    elapsed = time.perf_counter() - t0
+    for p in procs:
+        p.join()
+    assert total == ITEMS, (total, ITEMS)
+    return ITEMS / elapsed
+
+
+# -- feed --------------------------------------------------------------------------------------
+def feed_process(dsn: str, prefix: str, barrier: Any, stop: Any, done: Any) -> None:
+    worker = FeedWorker(
+        dsn, noop, prefix=prefix, batch_size=BATCH, lease=6.0, poll_interval=0.05, migrate=False
+    )
+    barrier.wait()
+    worker.start()
+    stop.wait()
+    worker.stop()
+    done.put(worker.stats.completed)
+
+
+def run_feed(dsn: str, prefix: str) -> float:
+    with Feed(dsn, prefix=prefix) as feed:
+        batch = [NewPartition(f"p{i:06d}", [b"x"] * PER_PARTITION) for i in range(ITEMS // PER_PARTITION)]
+        feed.add_many(batch)
+        feed.db.execute(f"VACUUM ANALYZE {prefix}items")
+        feed.db.execute(f"VACUUM ANALYZE {prefix}partitions")
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(PROCESSES + 1)
+    stop = ctx.Event()
+    done = ctx.Queue()
+    args = (dsn, prefix, barrier, stop, done)
+    procs = [ctx.Process(target=feed_process, args=args) for _ in range(PROCESSES)]
+    for p in procs:
+        p.start()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        barrier.wait()
+        t0 = time.perf_counter()
+        open_partitions = f"SELECT count(*) FROM {prefix}partitions WHERE status = 'available'"
+        while True:
+            row = conn.execute(open_partitions).fetchone()
+            if row is not None and row[0] == 0:
+                break
+            time.sleep(0.01)
+        elapsed = time.perf_counter() - t0
+        stop.set()
+        per_worker = [done.get(timeout=60) for _ in procs]
+        completed = sum(per_worker)
+        if os.environ.get("SLUICE_BENCH_VERBOSE"):
+            print(f"feed: {elapsed:.2f}s, completed per worker {per_worker}", file=sys.stderr)
+        for p in procs:
+            p.join()
+        left = conn.execute(f"SELECT count(*) FROM {prefix}items WHERE status <> 'complete'").fetchone()
+    assert left is not None and left[0] == 0, left
+    assert completed >= ITEMS, (completed, ITEMS)
+    return ITEMS / elapsed
+
+
+def main() -> int:
+    name = f"sluice_bench_feed_{uuid.uuid4().hex[:8]}"
+    params = conninfo_to_dict(SERVER)
+    with psycopg.connect(SERVER, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    params["dbname"] = name
+    dsn = make_conninfo(**params)  # type: ignore[arg-type]
+    try:
+        ceilings, feeds = [], []
+        for r in range(ROUNDS):
+            ceilings.append(run_ceiling(dsn))
+            feeds.append(run_feed(dsn, f"bench{r}_"))
+    finally:
+        with psycopg.connect(SERVER, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    ceiling, feed = max(ceilings), max(feeds)
+    table = Table(title=f"feed on PostgreSQL: {ITEMS} items, {PROCESSES} processes, batch {BATCH}")
+    table.add_column("run")
+    table.add_column("items/s", justify="right")
+    table.add_column("runs (items/s)", justify="right")
+    table.add_row("raw claim/complete ceiling", f"{ceiling:,.0f}", ", ".join(f"{c:,.0f}" for c in ceilings))
+    table.add_row(
+        f"feed ({ITEMS // PER_PARTITION} partitions x {PER_PARTITION})",
+        f"{feed:,.0f}",
+        ", ".join(f"{f:,.0f}" for f in feeds),
+    )
+    table.add_row("ratio", f"{feed / ceiling:.2f}", "")
+    Console().print(table)
+    result = {
+        "bench": "feed",
+        "ceiling_ips": round(ceiling),
+        "feed_ips": round(feed),
+        "ratio": round(feed / ceiling, 3),
+    }
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,341 @@
+"""``sluice feed``: run feed workers, add work, inspect the feed, retry or resolve failures."""
+
+from __future__ import annotations
+
+import json
+import signal
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from sluiceway.cli.common import console, fail, friendly_errors, setup_logging
+from sluiceway.feed import Feed, FeedStatus, FeedWorker, Status
+
+app = typer.Typer(
+    help=(
+        "A database-backed fan-out/fan-in work queue: partitions of items, processed gate by gate.\n\n"
+        "Examples:\n\n"
+        "  sluice feed add --dsn sqlite:///app.db --partition folder-1 --item a.pdf --item b.pdf\n\n"
+        "  sluice feed worker --dsn sqlite:///app.db --processor myapp.ocr:process --concurrency 4\n\n"
+        "  sluice feed status --dsn sqlite:///app.db"
+    ),
+    no_args_is_help=True,
+)
+
+DSN_HELP = (
+    "Data source: libpq string / postgresql:// URL, sqlite:///path.db or mysql://user:pass@host:port/db"
+)
+PREFIX_HELP = "Table name prefix (tables <prefix>partitions and <prefix>items; 'schema.' allowed)."
+
+
+@app.command("init")
+@friendly_errors
+def init(
+    dsn: Annotated[str, typer.Option("--dsn", help=DSN_HELP)],
+    prefix: Annotated[str, typer.Option("--prefix", help=PREFIX_HELP)] = "feed_",
+) -> None:
+    """Create the feed's tables and indexes (idempotent; workers and producers also do it).
+
+    Example: sluice feed init --dsn postgresql://postgres@127.0.0.1/app
+    """
+    with Feed(dsn, prefix=prefix) as feed:
+        tables = (feed.store.partitions_table, feed.store.items_table)
+    console.print(f"feed tables [bold]{tables[0]}[/] and [bold]{tables[1]}[/] ready")
+
+
+@app.command("add")
+@friendly_errors
+def add(
+    dsn: Annotated[str, typer.Option("--dsn", help=DSN_HELP)],
+    partition: Annotated[str, typer.Option("--partition", "-p", help="Partition name.")],
+    item: Annotated[
+        list[str] | None, typer.Option("--item", "-i", help="An item's data (UTF-8 text); repeat for more.")
+    ] = None,
+    file: Annotated[Path | None, typer.Option("--file", help="A file with one item per line.")] = None,
+    gate: Annotated[int, typer.Option("--gate", help="The items' gate.")] = 0,
+    attributes: Annotated[
+        str | None, typer.Option("--attributes", help="Partition attributes as a JSON object.")
+    ] = None,
+    prefix: Annotated[str, typer.Option("--prefix", help=PREFIX_HELP)] = "feed_",
+) -> None:
+    """Add a partition with its items, or add items to an open partition (at or above its gate).
+
+    Example: sluice feed add --dsn sqlite:///app.db -p folder-1 -i a.pdf -i b.pdf --gate 0
+    """
+    datas: list[bytes] = [i.encode("utf-8") for i in item or []]
+    if file is not None:
+        try:
+            datas += [line.rstrip(b"\r\n") for line in file.read_bytes().splitlines() if line.strip()]
+        except OSError as exc:
+            raise fail(f"cannot read {file}: {exc.strerror or exc}") from None
+    attrs: dict[str, Any] | None = None
+    if attributes is not None:
+        try:
+            attrs = json.loads(attributes)
+        except ValueError as exc:
+            raise fail(f"--attributes is not JSON: {exc}") from None
+        if not isinstance(attrs, dict):
+            raise fail("--attributes must be a JSON object")
+    with Feed(dsn, prefix=prefix) as feed:
+        if feed.partition(partition) is None:
+            feed.add(partition, datas, gate=gate, attributes=attrs)
+            console.print(f"partition [bold]{partition}[/] added with {len(datas)} item(s) at gate {gate}")
+        else:
+            if attrs is not None:
+                raise fail(f"partition {partition!r} exists; --attributes only apply when creating it")
+            n = feed.add_items(partition, datas, gate)
+            console.print(f"{n} item(s) added to partition [bold]{partition}[/] at gate {gate}")
+
+
+@app.command("worker")
+@friendly_errors
+def worker(
+    dsn: Annotated[str, typer.Option("--dsn", help=DSN_HELP)],
+    processor: Annotated[
+        str,
+        typer.Option("--processor", help="'package.module:function' or an http(s):// URL to POST items to."),
+    ],
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", min=1, help="Items processed at once (threads).")
+    ] = 1,
+    max_attempts: Annotated[
+        int, typer.Option("--max-attempts", min=1, help="Attempts per step before 'failed'.")
+    ] = 5,
+    manual_checkpoint: Annotated[
+        bool,
+        typer.Option(
+            "--manual-checkpoint", help="Never advance gates; leave it to 'sluice feed checkpoint'."
+        ),
+    ] = False,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", min=1, help="Items claimed per statement.")
+    ] = 100,
+    lease: Annotated[
+        float, typer.Option("--lease", min=0.5, help="Lease length in seconds (renewed every third).")
+    ] = 20.0,
+    poll_interval: Annotated[
+        float, typer.Option("--poll-interval", min=0.01, help="Seconds between idle polls.")
+    ] = 0.5,
+    http_timeout: Annotated[
+        float, typer.Option("--http-timeout", min=0.01, help="HTTP processor timeout (s).")
+    ] = 10.0,
+    http_encoding: Annotated[
+        str, typer.Option("--http-encoding", help="Item data in HTTP bodies: base64|text.")
+    ] = "base64",
+    until_idle: Annotated[
+        bool, typer.Option("--until-idle", help="Exit once there is nothing left to do.")
+    ] = False,
+    prefix: Annotated[str, typer.Option("--prefix", help=PREFIX_HELP)] = "feed_",
+    log_level: Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
+    log_format: Annotated[str, typer.Option("--log-format", help="text or json.")] = "text",
+) -> None:
+    """Run a worker: lease partitions, process their items gate by gate, balance with other workers.
+
+    SIGTERM/SIGINT stop it cleanly: items in flight finish, outcomes are written, leases released.
+
+    Examples:
+
+      sluice feed worker --dsn sqlite:///app.db --processor myapp.ocr:process
+
+      sluice feed worker --dsn postgresql://app@db/app --processor http://127.0.0.1:8080/item --concurrency 16
+    """
+    if http_encoding not in ("base64", "text"):
+        raise fail(f"--http-encoding must be base64 or text, not {http_encoding!r}")
+    setup_logging(log_level.upper(), log_format)
+    w = FeedWorker(
+        dsn,
+        processor,
+        prefix=prefix,
+        concurrency=concurrency,
+        max_attempts=max_attempts,
+        manual_checkpoint=manual_checkpoint,
+        batch_size=batch_size,
+        lease=lease,
+        poll_interval=poll_interval,
+        http_timeout=http_timeout,
+        http_encoding="text" if http_encoding == "text" else "base64",
+    )
+
+    def on_signal(signum: int, frame: object) -> None:
+        w.request_stop()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        if until_idle:
+            w.run_until_idle()
+        else:
+            w.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        w.close()
+    s = w.stats
+    console.print(
+        f"worker {s.owner} stopped: {s.processed} processed, {s.completed} completed, "
+        f"{s.failed} failed, {s.partitions_completed} partition(s) completed",
+        soft_wrap=True,
+    )
+
+
+def _age(when: datetime | None) -> str:
+    if when is None:
+        return "-"
+    seconds = (when - datetime.now(UTC)).total_seconds()
+    return f"in {seconds:.1f}s" if seconds >= 0 else f"{-seconds:.1f}s ago"
+
+
+def _status_json(s: FeedStatus) -> dict[str, Any]:
+    return {
+        "partitions": [{"status": st, "gate": g, "count": n} for st, g, n in s.partitions],
+        "items": s.items,
+        "ready_items": s.ready_items,
+        "oldest_available_age_seconds": s.oldest_available_age,
+        "workers": [
+            {
+                "owner": w.owner,
+                "partitions": w.partitions,
+                "lease_until": None if w.latest_expiry is None else w.latest_expiry.isoformat(),
+                "live": w.live,
+            }
+            for w in s.workers
+        ],
+    }
+
+
+@app.command("status")
+@friendly_errors
+def status(
+    dsn: Annotated[str, typer.Option("--dsn", help=DSN_HELP)],
+    prefix: Annotated[str, typer.Option("--prefix", help=PREFIX_HELP)] = "feed_",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")] = False,
+) -> None:
+    """Partitions by status and gate, items by status, lag, and the workers holding leases.
+
+    Example: sluice feed status --dsn sqlite:///app.db
+    """
+    with Feed(dsn, prefix=prefix, migrate=False) as feed:
+        s = feed.status()
+    if as_json:
+        console.print_json(json.dumps(_status_json(s)))
+        return
+    parts = Table(title="partitions")
+    for col in ("status", "gate", "count"):
+        parts.add_column(col, justify="right" if col != "status" else "left")
+    for st, gate, n in s.partitions:
+        parts.add_row(st, str(gate), str(n))
+    items = Table(title="items")
+    items.add_column("status")
+    items.add_column("count", justify="right")
+    for st in Status:
+        items.add_row(st.value, str(s.items.get(st.value, 0)))
+    items.add_row("ready now", str(s.ready_items))
+    lag = "-" if s.oldest_available_age is None else f"{s.oldest_available_age:.1f}s"
+    items.add_row("lag (oldest open item)", lag)
+    workers = Table(title="workers (leases)")
+    for col in ("owner", "partitions", "lease expires", "live"):
+        workers.add_column(col)
+    for w in s.workers:
+        workers.add_row(w.owner, str(w.partitions), _age(w.latest_expiry), "yes" if w.live else "expired")
+    console.print(parts)
+    console.print(items)
+    console.print(workers)
+
+
+@app.command("partitions")
+@friendly_errors
+def partitions(
+    dsn: Annotated[str, typer.Option("--dsn", help=DSN_HELP)],
+    status_filter: Annotated[
+        str | None, typer.Option("--status", help="available, failed or complete.")
+    ] = None,
+    after: Annotated[
+        int, typer.Option("--after", min=0, help="Show partitions with ids above this (paging).")
+    ] = 0,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="Page size.")] = 50,
+    prefix: Annotated[str, typer.Option("--prefix", help=PREFIX_HELP)] = "feed_",
+) -> None:
+    """List partitions, one page at a time (continue with --after <last id>).
+
+    Example: sluice feed partitions --dsn sqlite:///app.db --status failed
+    """
+    if status_filter is not None and status_filter not in {s.value for s in Status}:
+        raise fail(f"--status must be available, failed or complete, not {status_filter!r}")
+    with Feed(dsn, prefix=prefix, migrate=False) as feed:
+        page = feed.partitions(status_filter, after=after, limit=limit)
+    table = Table(title="partitions")
+    for col in ("id", "name", "status", "gate", "owner", "lease"):
+        table.add_column(col)
+    for p in page.rows:
+        table.add_row(str(p.id), p.name, p.status.value, str(p.gate), p.owner or "-", _age(p.lease_until))
+    console.print(table)
+    if page.next_after is not None:
+        console.print(f"more: --after {page.next_after}")
+
+
+def _settle(action: str, dsn: str, partition: str | None, item: int | None, prefix: str) -> None:
+    with Feed(dsn, prefix=prefix, migrate=False) as feed:
+        n = feed.retry(partition, item) if action == "retry" else feed.resolve(partition, item)
+    scope = f" of partition {partition!r}" if partition else ""
+    scope += f" (item {item})" if item is not None else ""
+    verb = "made available again" if action == "retry" else "resolved (marked complete)"
+    console.print(f"{n} failed item(s){scope} {verb}")
+
+
+@app.command("retry")
+@friendly_errors
+def retry(
+    dsn: Annotated[str, typer.Option("--dsn", help=DSN_HELP)],
+    partition: Annotated[
+        str | None, typer.Option("--partition", "-p", help="Only this partition's failed items.")
+    ] = None,
+    item: Annotated[int | None, typer.Option("--item", help="Only this item id.")] = None,
+    prefix: Annotated[str, typer.Option("--prefix", help=PREFIX_HELP)] = "feed_",
+) -> None:
+    """Retry failed items (fresh attempts, at once); without options, every failed item.
+
+    Example: sluice feed retry --dsn sqlite:///app.db --partition folder-1
+    """
+    _settle("retry", dsn, partition, item, prefix)
+
+
+@app.command("resolve")
+@friendly_errors
+def resolve(
+    dsn: Annotated[str, typer.Option("--dsn", help=DSN_HELP)],
+    partition: Annotated[
+        str | None, typer.Option("--partition", "-p", help="Only this partition's failed items.")
+    ] = None,
+    item: Annotated[int | None, typer.Option("--item", help="Only this item id.")] = None,
+    prefix: Annotated[str, typer.Option("--prefix", help=PREFIX_HELP)] = "feed_",
+) -> None:
+    """Mark failed items complete without processing them, unblocking their gate.
+
+    Example: sluice feed resolve --dsn sqlite:///app.db --item 42
+    """
+    _settle("resolve", dsn, partition, item, prefix)
+
+
+@app.command("checkpoint")
+@friendly_errors
+def checkpoint(
+    dsn: Annotated[str, typer.Option("--dsn", help=DSN_HELP)],
+    partition: Annotated[str, typer.Option("--partition", "-p", help="Partition name.")],
+    prefix: Annotated[str, typer.Option("--prefix", help=PREFIX_HELP)] = "feed_",
+) -> None:
+    """Advance a partition's gate by hand (workers run with --manual-checkpoint).
+
+    Example: sluice feed checkpoint --dsn sqlite:///app.db --partition folder-1
+    """
+    with Feed(dsn, prefix=prefix, migrate=False) as feed:
+        p = feed.checkpoint(partition)
+    if p.status is Status.COMPLETE:
+        console.print(f"partition [bold]{partition}[/] is complete")
+    else:
+        console.print(f"partition [bold]{partition}[/] is now at gate {p.gate}")
+
+
+if __name__ == "__main__":
+    app()

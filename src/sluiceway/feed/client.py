@@ -1,0 +1,313 @@
+"""The producer and operator side of the feed: add work, inspect it, retry or resolve failures."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+from sluiceway.db import Database, DataSource
+from sluiceway.errors import DatabaseError
+from sluiceway.feed.core import Decision, decide
+from sluiceway.feed.errors import (
+    FeedError,
+    GateError,
+    PartitionClosedError,
+    PartitionExistsError,
+    PartitionNotFoundError,
+)
+from sluiceway.feed.model import (
+    FeedStatus,
+    ItemData,
+    ItemRecord,
+    NewPartition,
+    Page,
+    Partition,
+    Status,
+    encode_data,
+)
+from sluiceway.feed.store import FeedStore
+
+IfExists = Literal["error", "skip", "append"]
+
+#: Longest partition name (the MySQL column is VARCHAR(255); the same limit everywhere).
+MAX_NAME = 255
+#: Largest page a listing returns.
+MAX_PAGE = 1000
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str) or not name or len(name) > MAX_NAME:
+        raise FeedError(
+            f"a partition name must be a non-empty string of at most {MAX_NAME} characters, not {name!r}"
+        )
+    return name
+
+
+def _check_gate(gate: object) -> int:
+    if isinstance(gate, bool) or not isinstance(gate, int) or gate < 0:
+        raise FeedError(f"a gate must be an integer >= 0, not {gate!r}")
+    return gate
+
+
+def _coerce_partition(spec: NewPartition | tuple[Any, ...]) -> NewPartition:
+    if isinstance(spec, NewPartition):
+        return spec
+    if isinstance(spec, tuple) and 1 <= len(spec) <= 4:
+        return NewPartition(*spec)
+    raise FeedError(f"expected NewPartition(name, items, gate, attributes) or a tuple of those, not {spec!r}")
+
+
+class Feed:
+    """Producer/operator API of a feed: partitions of items in the database.
+
+    One ``Feed`` uses one connection; give each thread its own. Tables are created on first use
+    (``migrate=False`` to skip). ``prefix`` names the tables: ``feed_partitions``, ``feed_items``.
+
+    >>> feed = Feed("sqlite:///:memory:")
+    >>> feed.add("resumes-2026", [b"cv-1", b"cv-2", {"cv": 3}], attributes={"team": "hiring"})
+    1
+    >>> feed.add_items("resumes-2026", [b"rank"], gate=1)
+    1
+    >>> feed.partition("resumes-2026").gate
+    0
+    """
+
+    def __init__(
+        self, dsn: str | DataSource | Database, *, prefix: str = "feed_", migrate: bool = True
+    ) -> None:
+        self._owns_db = not isinstance(dsn, Database)
+        self.db = dsn if isinstance(dsn, Database) else Database(dsn)
+        self.store = FeedStore(self.db, prefix)
+        if migrate:
+            self.store.migrate()
+
+    def close(self) -> None:
+        if self._owns_db:
+            self.db.close()
+
+    def __enter__(self) -> Feed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def migrate(self) -> None:
+        """Create the feed's tables and indexes if missing (idempotent)."""
+        self.store.migrate()
+
+    # -- producing ------------------------------------------------------------------------------
+    def add(
+        self,
+        partition: str,
+        items: Sequence[ItemData] = (),
+        *,
+        gate: int = 0,
+        attributes: Mapping[str, Any] | None = None,
+        if_exists: IfExists = "error",
+    ) -> int:
+        """Create a partition with its items in one transaction (never visible without them).
+
+        ``items`` are bytes, text (stored UTF-8) or JSON values (dicts/lists), all at ``gate``,
+        which becomes the partition's gate. ``if_exists``: ``"error"`` (default) raises
+        :class:`PartitionExistsError`, ``"skip"`` leaves the existing partition as it is (idempotent
+        re-delivery), ``"append"`` adds the items to it (as :meth:`add_items`). Returns the id.
+
+        >>> Feed("sqlite:///:memory:").add("folder-7", [b"a.pdf", b"b.pdf"])
+        1
+        """
+        return self.add_many([NewPartition(partition, items, gate, attributes)], if_exists=if_exists)[0]
+
+    def add_many(
+        self, partitions: Iterable[NewPartition | tuple[Any, ...]], *, if_exists: IfExists = "error"
+    ) -> list[int]:
+        """Create many partitions (``NewPartition`` or ``(name, items[, gate[, attributes]])``)
+        in one transaction, with items inserted in bounded batches. All or nothing.
+
+        The batch API for bulk producers such as a pipeline sink: with ``if_exists="skip"`` a
+        replayed batch is a no-op for the partitions it already created.
+        """
+        specs = [_coerce_partition(p) for p in partitions]
+        if if_exists not in ("error", "skip", "append"):
+            raise FeedError(f"if_exists must be 'error', 'skip' or 'append', not {if_exists!r}")
+        prepared = [
+            (_check_name(s.name), _check_gate(s.gate), [encode_data(i) for i in s.items], s.attributes)
+            for s in specs
+        ]
+        seen: set[str] = set()
+        for name, *_ in prepared:
+            if name in seen:
+                raise FeedError(f"partition {name!r} is given twice in one add_many")
+            seen.add(name)
+        for attempt in range(3):
+            try:
+                return self._add_many(prepared, if_exists)
+            except DatabaseError as exc:
+                if _is_deadlock(exc) and attempt < 2:
+                    # MariaDB's gap locks on the name index can deadlock two producers creating
+                    # neighbouring names; the transaction was rolled back as a whole: go again.
+                    continue
+                # Another producer created one of these names between our look-up and our
+                # insert, and the unique constraint stopped us. Report it, or go again.
+                taken = [name for name, *_ in prepared if self.store.partition(name) is not None]
+                if not taken or attempt == 2:
+                    raise
+                if if_exists == "error":
+                    raise PartitionExistsError(taken[0]) from exc
+        raise FeedError("add_many did not succeed")  # not reached: the loop returns or raises
+
+    def _add_many(
+        self, prepared: list[tuple[str, int, list[bytes], Mapping[str, Any] | None]], if_exists: IfExists
+    ) -> list[int]:
+        ids: list[int] = []
+        rows: list[tuple[int, int, bytes]] = []
+        with self.db.transaction():
+            for name, gate, datas, attributes in prepared:
+                current = self.store.lock_partition(name)
+                if current is None:
+                    pid = self.store.insert_partition(name, gate, attributes)
+                elif if_exists == "error":
+                    raise PartitionExistsError(name)
+                elif if_exists == "skip":
+                    ids.append(current[0])
+                    continue
+                else:
+                    pid = self._open_for_items(name, current, gate)
+                ids.append(pid)
+                rows.extend((pid, gate, d) for d in datas)
+            self.store.insert_items(rows)
+        return ids
+
+    def _open_for_items(self, name: str, current: tuple[int, Status, int, int], gate: int) -> int:
+        pid, status, current_gate, version = current
+        if status is Status.COMPLETE:
+            raise PartitionClosedError(name)
+        if gate < current_gate:
+            raise GateError(
+                f"cannot add items at gate {gate} to partition {name!r}: its gate is already {current_gate}, "
+                "so they would never be processed (add them at or above the current gate)",
+                partition=name,
+                gate=gate,
+                current=current_gate,
+            )
+        # Bump the version (and make a blocked partition workable again): a worker's gate decision
+        # taken before these items existed must not apply now.
+        if not self.store.reopen_partition(pid, version):
+            raise FeedError(f"partition {name!r} changed while it was locked (should not happen)")
+        return pid
+
+    def add_items(self, partition: str, items: Sequence[ItemData], gate: int | None = None) -> int:
+        """Add items to an open partition at ``gate`` (default: its current gate); return how many.
+
+        A gate below the partition's current gate raises :class:`GateError` (those items would
+        never run); a complete partition raises :class:`PartitionClosedError`.
+
+        >>> feed = Feed("sqlite:///:memory:"); _ = feed.add("p", [b"x"])
+        >>> feed.add_items("p", [b"y", b"z"], gate=2)
+        2
+        """
+        name = _check_name(partition)
+        datas = [encode_data(i) for i in items]
+        with self.db.transaction():
+            current = self.store.lock_partition(name)
+            if current is None:
+                raise PartitionNotFoundError(name)
+            at = current[2] if gate is None else _check_gate(gate)
+            pid = self._open_for_items(name, current, at)
+            self.store.insert_items([(pid, at, d) for d in datas])
+        return len(datas)
+
+    # -- checkpoints and operators --------------------------------------------------------------
+    def checkpoint(self, partition: str) -> Partition:
+        """Advance a partition's gate by hand (for workers in manual-checkpoint mode).
+
+        Moves to the next gate that has items, or completes the partition when none is left.
+        Raises :class:`GateError` while items at the current gate are open or failed.
+        """
+        name = _check_name(partition)
+        for _ in range(10):
+            current = self._require(name)
+            if current.status is Status.COMPLETE:
+                return current
+            if current.status is Status.FAILED:
+                raise GateError(
+                    f"partition {name!r} is blocked by failed items at gate {current.gate}; "
+                    "retry or resolve them",
+                    partition=name,
+                    current=current.gate,
+                )
+            summary = self.store.summarize(current.id)
+            if summary is None:
+                continue  # changed status under us: read again
+            decision = decide(summary, manual=False)
+            if decision is Decision.WAIT:
+                raise GateError(
+                    f"gate {summary.gate} of partition {name!r} still has items to process",
+                    partition=name,
+                    current=summary.gate,
+                )
+            if decision is Decision.FAIL:
+                raise GateError(
+                    f"gate {summary.gate} of partition {name!r} has failed items; retry or resolve them",
+                    partition=name,
+                    current=summary.gate,
+                )
+            if all(ok for _, _, ok in self.store.apply([(summary, decision)])):
+                return self._require(name)
+            # A worker renewed its lease or a producer added items meanwhile: decide again.
+        raise FeedError(f"partition {name!r} kept changing; checkpoint not applied")
+
+    def retry(self, partition: str | None = None, item: int | None = None) -> int:
+        """Make failed items available again (fresh attempts, at once); return how many.
+
+        Without arguments, every failed item of the feed.
+        """
+        return self._settle("retry", partition, item)
+
+    def resolve(self, partition: str | None = None, item: int | None = None) -> int:
+        """Mark failed items complete without processing them (``result = 'resolved'``), so the
+        gate they block can advance; return how many."""
+        return self._settle("resolve", partition, item)
+
+    def _settle(self, action: str, partition: str | None, item: int | None) -> int:
+        pid = None if partition is None else self._require(_check_name(partition)).id
+        if item is not None and (isinstance(item, bool) or not isinstance(item, int)):
+            raise FeedError(f"an item id must be an integer, not {item!r}")
+        return self.store.settle_failed(action, pid, item)
+
+    # -- reading ----------------------------------------------------------------------------------
+    def _require(self, name: str) -> Partition:
+        found = self.store.partition(name)
+        if found is None:
+            raise PartitionNotFoundError(name)
+        return found
+
+    def partition(self, name: str) -> Partition | None:
+        """The partition named ``name``, or ``None``."""
+        return self.store.partition(_check_name(name))
+
+    def partitions(
+        self, status: Status | str | None = None, *, after: int = 0, limit: int = 100
+    ) -> Page[Partition]:
+        """One page of partitions in id order (``status`` filters); go on with ``after=page.next_after``."""
+        return self.store.partitions_page(
+            None if status is None else Status(status), after, _check_limit(limit)
+        )
+
+    def items(self, partition: str, *, after: int = 0, limit: int = 100) -> Page[ItemRecord]:
+        """One page of a partition's items in id order."""
+        return self.store.items_page(self._require(_check_name(partition)).id, after, _check_limit(limit))
+
+    def status(self) -> FeedStatus:
+        """Counts by status and gate, ready items, lag, and the workers holding leases."""
+        return self.store.status()
+
+
+def _is_deadlock(exc: DatabaseError) -> bool:
+    text = str(exc).lower()
+    return "deadlock" in text or "serializ" in text
+
+
+def _check_limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise FeedError(f"page limit must be between 1 and {MAX_PAGE}, not {limit!r}")
+    return limit

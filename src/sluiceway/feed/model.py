@@ -1,0 +1,214 @@
+"""The feed's vocabulary as plain, immutable values: statuses, items, results, partitions.
+
+Nothing here does I/O; the store turns rows into these and the worker hands them around.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from sluiceway.feed.errors import FeedError, ProcessorError
+
+#: What callers may pass as an item's data: raw bytes, text (stored as UTF-8) or a JSON value.
+ItemData = bytes | bytearray | memoryview | str | Mapping[str, Any] | Sequence[Any]
+
+
+class Status(enum.StrEnum):
+    """The status of a partition or an item."""
+
+    AVAILABLE = "available"
+    FAILED = "failed"
+    COMPLETE = "complete"
+
+
+def encode_data(value: object) -> bytes:
+    """An item's payload as bytes: bytes pass through, text is UTF-8, dicts and lists are compact JSON.
+
+    >>> encode_data({"a": 1})
+    b'{"a":1}'
+    """
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, Mapping | list | tuple):
+        try:
+            return json.dumps(value, separators=(",", ":"), sort_keys=False).encode("utf-8")
+        except (TypeError, ValueError) as exc:
+            raise FeedError(f"item data is not JSON-serialisable: {exc}") from exc
+    raise FeedError(f"item data must be bytes, str, dict or list, not {type(value).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One item handed to a processor.
+
+    ``attempt`` counts from 1 for the current step (it resets when the item moves to a new gate).
+    """
+
+    id: int
+    partition: str
+    gate: int
+    data: bytes
+    attempt: int
+    partition_id: int = 0
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+    def json(self) -> Any:
+        """The data decoded as JSON (convenience for processors that store JSON)."""
+        return json.loads(self.data)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessorResult:
+    """What a processor says about an item.
+
+    * ``done=True``: the item is complete (``gate`` is ignored);
+    * ``done=False``: the item waits at ``gate`` (>= the partition's gate) for its next step;
+    * ``data``: the item's new data (``None`` keeps the current data).
+
+    >>> ProcessorResult(gate=1, done=False, data=b"ocr text")
+    ProcessorResult(gate=1, done=False, data=b'ocr text')
+    """
+
+    gate: int | None = None
+    done: bool = False
+    data: bytes | None = None
+
+    @classmethod
+    def coerce(cls, value: object) -> ProcessorResult:
+        """Accept a :class:`ProcessorResult` or a ``{gate, done, data}`` mapping; explain anything else."""
+        if isinstance(value, ProcessorResult):
+            return value
+        if value == _DONE:  # the common answer, without the field-by-field checks below
+            return _DONE_RESULT
+        if not isinstance(value, Mapping):
+            raise ProcessorError(
+                f"processor returned {type(value).__name__}; expected a ProcessorResult or a "
+                "mapping {'gate': int, 'done': bool, 'data': ...}"
+            )
+        unknown = set(value) - {"gate", "done", "data"}
+        if unknown:
+            raise ProcessorError(
+                f"processor result has unknown field(s) {sorted(unknown)}; expected gate, done, data"
+            )
+        done = value.get("done", False)
+        if not isinstance(done, bool):
+            raise ProcessorError(f"processor result field 'done' must be true or false, not {done!r}")
+        gate = value.get("gate")
+        if gate is not None and (isinstance(gate, bool) or not isinstance(gate, int)):
+            raise ProcessorError(f"processor result field 'gate' must be an integer, not {gate!r}")
+        if gate is None and not done:
+            raise ProcessorError(
+                "processor result must give 'gate' (the item's next gate) unless 'done' is true"
+            )
+        data = value.get("data")
+        return cls(gate=gate, done=done, data=None if data is None else encode_data(data))
+
+
+_DONE: dict[str, Any] = {"done": True}
+_DONE_RESULT = ProcessorResult(done=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """A partition as stored."""
+
+    id: int
+    name: str
+    status: Status
+    gate: int
+    owner: str | None
+    lease_until: datetime | None
+    version: int
+    attributes: Mapping[str, Any]
+    created_at: datetime | None
+    updated_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRecord:
+    """An item as stored (for listings and operators; processors get :class:`Item`)."""
+
+    id: int
+    partition_id: int
+    gate: int
+    status: Status
+    attempts: int
+    available_at: datetime | None
+    data: bytes
+    result: str | None
+    last_error: str | None
+    version: int
+    created_at: datetime | None
+    updated_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class NewPartition:
+    """A partition to create with ``Feed.add_many``: its name, its items (all at ``gate``) and attributes."""
+
+    name: str
+    items: Sequence[ItemData] = ()
+    gate: int = 0
+    attributes: Mapping[str, Any] | None = None
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of a keyset-paged listing; pass ``next_after`` as ``after`` for the next page."""
+
+    rows: list[T]
+    next_after: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLeases:
+    """One worker (owner id) as seen from the partitions table."""
+
+    owner: str
+    partitions: int
+    earliest_expiry: datetime | None
+    latest_expiry: datetime | None
+    live: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FeedStatus:
+    """A snapshot for ``sluice feed status``."""
+
+    partitions: list[tuple[str, int, int]]  # (status, gate, count)
+    items: dict[str, int]
+    ready_items: int
+    oldest_available_age: float | None  # seconds since the oldest available item was added
+    workers: list[WorkerLeases]
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    """Counters of one worker's run (a copy is handed out; the worker's own is private)."""
+
+    owner: str
+    processed: int = 0
+    completed: int = 0
+    moved: int = 0
+    retried: int = 0
+    failed: int = 0
+    requeued: int = 0
+    lost: int = 0
+    acquired: int = 0
+    stolen: int = 0
+    released: int = 0
+    gates_advanced: int = 0
+    partitions_completed: int = 0
+    partitions_failed: int = 0

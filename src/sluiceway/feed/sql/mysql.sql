@@ -1,0 +1,263 @@
+-- Feed SQL for MariaDB (10.6+: SKIP LOCKED, INSERT … RETURNING) and MySQL-compatible servers.
+-- Same statements as postgres.sql in MySQL's terms; see there for the design notes.
+-- Timestamps are DATETIME(6) in UTC from the database clock (UTC_TIMESTAMP(6)), so the session
+-- time zone cannot shift them; intervals are bound as whole microseconds. Lists are bound as
+-- Python tuples, which PyMySQL renders as SQL lists; (id, version) pairs as tuples of tuples.
+-- There are no partial indexes: status is a leading index column instead, so the hot path
+-- still reads only available rows. Indexes are declared in CREATE TABLE (no CREATE INDEX IF NOT
+-- EXISTS on MySQL).
+
+-- name: migrate_lock
+-- DDL commits implicitly here, so a named lock (not a transaction) serialises concurrent starts.
+SELECT GET_LOCK(%(name)s, 60)
+
+-- name: migrate_unlock
+SELECT RELEASE_LOCK(%(name)s)
+
+-- name: create_partitions
+CREATE TABLE IF NOT EXISTS {partitions} (
+  id          BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  name        VARCHAR(255) NOT NULL,
+  status      VARCHAR(16) NOT NULL DEFAULT 'available',
+  gate        INT NOT NULL DEFAULT 0,
+  owner       VARCHAR(128) NULL,
+  lease_until DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00',
+  version     BIGINT NOT NULL DEFAULT 0,
+  attributes  JSON NOT NULL DEFAULT ('{}'),
+  created_at  DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+  updated_at  DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+  CONSTRAINT {raw_partitions_name_key} UNIQUE KEY (name),
+  CONSTRAINT {raw_partitions_status_check} CHECK (status IN ('available', 'failed', 'complete')),
+  -- free or expired partitions, oldest lease first
+  KEY {raw_partitions_free_idx} (status, lease_until, id),
+  -- renewals, the claim's join and the census start from an owner
+  KEY {raw_partitions_owner_idx} (owner, status, lease_until),
+  -- keyset-paged listings by status
+  KEY {raw_partitions_status_idx} (status, id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4
+
+-- name: create_items
+-- available_at doubles as the item's claim lease (see postgres.sql).
+CREATE TABLE IF NOT EXISTS {items} (
+  id           BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  partition_id BIGINT NOT NULL,
+  gate         INT NOT NULL DEFAULT 0,
+  status       VARCHAR(16) NOT NULL DEFAULT 'available',
+  attempts     INT NOT NULL DEFAULT 0,
+  available_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+  data         LONGBLOB NOT NULL,
+  result       TEXT NULL,
+  last_error   TEXT NULL,
+  version      BIGINT NOT NULL DEFAULT 0,
+  created_at   DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+  updated_at   DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+  CONSTRAINT {raw_items_status_check} CHECK (status IN ('available', 'failed', 'complete')),
+  -- the hot path: (partition, 'available', gate) is one range, in id order; finished items sit
+  -- in other ranges and are never stepped over. Also serves the failed-items probes.
+  KEY {raw_items_open_idx} (partition_id, status, gate, id),
+  -- retry/resolve across all partitions
+  KEY {raw_items_failed_idx} (status, partition_id),
+  -- listings of one partition's items
+  KEY {raw_items_partition_idx} (partition_id, id),
+  CONSTRAINT {raw_items_partition_fk} FOREIGN KEY (partition_id) REFERENCES {partitions} (id) ON DELETE CASCADE
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4
+
+-- name: index_partitions_free
+-- Declared in create_partitions.
+SELECT 1
+
+-- name: index_partitions_owner
+-- Declared in create_partitions.
+SELECT 1
+
+-- name: index_partitions_status
+-- Declared in create_partitions.
+SELECT 1
+
+-- name: index_items_open
+-- Declared in create_items.
+SELECT 1
+
+-- name: index_items_failed
+-- Declared in create_items.
+SELECT 1
+
+-- name: index_items_partition
+-- Declared in create_items.
+SELECT 1
+
+-- name: insert_partition
+INSERT INTO {partitions} (name, gate, attributes) VALUES (%(name)s, %(gate)s, %(attributes)s) RETURNING id
+
+-- name: insert_items
+-- Run with executemany: PyMySQL folds it into multi-row INSERTs (one round trip per ~1 MB).
+INSERT INTO {items} (partition_id, gate, data) VALUES (%(partition_id)s, %(gate)s, %(data)s)
+
+-- name: lock_partition
+SELECT id, status, gate, version FROM {partitions} WHERE name = %(name)s FOR UPDATE
+
+-- name: reopen_partition
+UPDATE {partitions} SET status = 'available', version = version + 1, updated_at = UTC_TIMESTAMP(6)
+WHERE id = %(id)s AND version = %(version)s
+
+-- name: partition_by_name
+SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at
+FROM {partitions} WHERE name = %(name)s
+
+-- name: partitions_page
+SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at
+FROM {partitions} WHERE id > %(after)s ORDER BY id LIMIT %(limit)s
+
+-- name: partitions_page_by_status
+SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at
+FROM {partitions} WHERE status = %(status)s AND id > %(after)s ORDER BY status, id LIMIT %(limit)s
+
+-- name: items_page
+SELECT id, partition_id, gate, status, attempts, available_at, data, result, last_error, version, created_at,
+       updated_at
+FROM {items} WHERE partition_id = %(partition_id)s AND id > %(after)s ORDER BY partition_id, id LIMIT %(limit)s
+
+-- name: renew
+UPDATE {partitions} SET lease_until = UTC_TIMESTAMP(6) + INTERVAL %(lease_us)s MICROSECOND, version = version + 1
+WHERE owner = %(owner)s AND status = 'available'
+
+-- name: owned
+SELECT id FROM {partitions} WHERE owner = %(owner)s AND status = 'available'
+
+-- name: census_owners
+SELECT owner, count(*) FROM {partitions}
+WHERE status = 'available' AND owner IS NOT NULL AND lease_until > UTC_TIMESTAMP(6)
+GROUP BY owner
+
+-- name: census_available
+SELECT count(*) FROM {partitions} WHERE status = 'available'
+
+-- name: free_partitions
+SELECT id, version FROM {partitions}
+WHERE status = 'available' AND lease_until <= UTC_TIMESTAMP(6)
+ORDER BY lease_until, id LIMIT %(limit)s
+
+-- name: acquire
+UPDATE {partitions}
+SET owner = %(owner)s, lease_until = UTC_TIMESTAMP(6) + INTERVAL %(lease_us)s MICROSECOND,
+    version = version + 1, updated_at = UTC_TIMESTAMP(6)
+WHERE (id, version) IN %(pairs)s AND status = 'available' AND lease_until <= UTC_TIMESTAMP(6)
+
+-- name: taken
+SELECT id, name, attributes, gate FROM {partitions}
+WHERE id IN %(ids)s AND owner = %(owner)s AND status = 'available'
+
+-- name: victim_partition
+SELECT id, version FROM {partitions}
+WHERE owner = %(victim)s AND status = 'available' AND lease_until > UTC_TIMESTAMP(6)
+ORDER BY id DESC LIMIT 1
+
+-- name: steal
+UPDATE {partitions}
+SET owner = %(owner)s, lease_until = UTC_TIMESTAMP(6) + INTERVAL %(lease_us)s MICROSECOND,
+    version = version + 1, updated_at = UTC_TIMESTAMP(6)
+WHERE id = %(id)s AND version = %(version)s AND status = 'available'
+
+-- name: release
+UPDATE {partitions}
+SET owner = NULL, lease_until = '1970-01-01 00:00:00', version = version + 1, updated_at = UTC_TIMESTAMP(6)
+WHERE id IN %(ids)s AND owner = %(owner)s
+
+-- name: claim
+-- No UPDATE … RETURNING here: select-and-lock up to `limit` claimable items in a short
+-- transaction (SKIP LOCKED: never wait behind another transaction), then `claim_mark` them.
+SELECT c.id, c.partition_id, c.gate, c.data, c.attempts, c.version
+FROM {partitions} AS p
+JOIN {items} AS c ON c.partition_id = p.id AND c.status = 'available' AND c.gate = p.gate
+WHERE p.owner = %(owner)s AND p.status = 'available' AND p.lease_until > UTC_TIMESTAMP(6)
+  AND c.available_at <= UTC_TIMESTAMP(6)
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- name: claim_mark
+-- Step two of the claim, same transaction: the rows are locked, so this cannot miss.
+UPDATE {items}
+SET version = version + 1, attempts = attempts + 1,
+    available_at = UTC_TIMESTAMP(6) + INTERVAL %(lease_us)s MICROSECOND
+WHERE id IN %(ids)s
+
+-- name: complete
+-- One row per outcome, executemany in one transaction (one commit per batch); each row is
+-- conditional on the claim's version.
+UPDATE {items}
+SET status = %(status)s, gate = %(gate)s, data = COALESCE(%(data)s, data), attempts = %(attempts)s,
+    available_at = UTC_TIMESTAMP(6) + INTERVAL %(delay_us)s MICROSECOND, result = COALESCE(%(result)s, result),
+    last_error = COALESCE(%(error)s, last_error), version = version + 1, updated_at = UTC_TIMESTAMP(6)
+WHERE id = %(id)s AND version = %(version)s
+
+-- name: complete_done
+-- Items finished without new data (the common case), executemany in the same transaction.
+UPDATE {items}
+SET status = 'complete', result = 'done', version = version + 1, updated_at = UTC_TIMESTAMP(6)
+WHERE id = %(id)s AND version = %(version)s
+
+-- name: summarize_owned
+SELECT p.id, p.version, p.gate,
+  EXISTS (SELECT 1 FROM {items} AS i
+          WHERE i.partition_id = p.id AND i.status = 'available' AND i.gate = p.gate),
+  EXISTS (SELECT 1 FROM {items} AS i WHERE i.partition_id = p.id AND i.status = 'failed'),
+  (SELECT min(i.gate) FROM {items} AS i
+   WHERE i.partition_id = p.id AND i.status = 'available' AND i.gate > p.gate)
+FROM {partitions} AS p
+WHERE p.id IN %(ids)s AND p.owner = %(owner)s AND p.status = 'available'
+
+-- name: summarize
+SELECT p.id, p.version, p.gate,
+  EXISTS (SELECT 1 FROM {items} AS i
+          WHERE i.partition_id = p.id AND i.status = 'available' AND i.gate = p.gate),
+  EXISTS (SELECT 1 FROM {items} AS i WHERE i.partition_id = p.id AND i.status = 'failed'),
+  (SELECT min(i.gate) FROM {items} AS i
+   WHERE i.partition_id = p.id AND i.status = 'available' AND i.gate > p.gate)
+FROM {partitions} AS p
+WHERE p.id = %(id)s AND p.status = 'available'
+
+-- name: advance_gate
+UPDATE {partitions} SET gate = %(gate)s, version = version + 1, updated_at = UTC_TIMESTAMP(6)
+WHERE id = %(id)s AND version = %(version)s AND status = 'available'
+
+-- name: close_partition
+UPDATE {partitions}
+SET status = %(status)s, owner = NULL, lease_until = '1970-01-01 00:00:00', version = version + 1,
+    updated_at = UTC_TIMESTAMP(6)
+WHERE id = %(id)s AND version = %(version)s AND status = 'available'
+
+-- name: reopen_failed
+UPDATE {partitions} SET status = 'available', version = version + 1, updated_at = UTC_TIMESTAMP(6)
+WHERE status <> 'complete' AND id IN (
+  SELECT partition_id FROM {items}
+  WHERE status = 'failed' AND (%(partition_id)s IS NULL OR partition_id = %(partition_id)s)
+    AND (%(item_id)s IS NULL OR id = %(item_id)s)
+)
+
+-- name: retry_failed
+UPDATE {items} SET status = 'available', attempts = 0, available_at = UTC_TIMESTAMP(6), version = version + 1,
+    updated_at = UTC_TIMESTAMP(6)
+WHERE status = 'failed' AND (%(partition_id)s IS NULL OR partition_id = %(partition_id)s)
+  AND (%(item_id)s IS NULL OR id = %(item_id)s)
+
+-- name: resolve_failed
+UPDATE {items} SET status = 'complete', result = 'resolved', version = version + 1,
+    updated_at = UTC_TIMESTAMP(6)
+WHERE status = 'failed' AND (%(partition_id)s IS NULL OR partition_id = %(partition_id)s)
+  AND (%(item_id)s IS NULL OR id = %(item_id)s)
+
+-- name: status_partitions
+SELECT status, gate, count(*) FROM {partitions} GROUP BY status, gate ORDER BY status, gate LIMIT 200
+
+-- name: status_items
+SELECT status, count(*) FROM {items} GROUP BY status
+
+-- name: status_lag
+SELECT COALESCE(SUM(available_at <= UTC_TIMESTAMP(6)), 0),
+       TIMESTAMPDIFF(MICROSECOND, MIN(created_at), UTC_TIMESTAMP(6)) / 1e6
+FROM {items} WHERE status = 'available'
+
+-- name: status_workers
+SELECT owner, count(*), min(lease_until), max(lease_until), max(lease_until) > UTC_TIMESTAMP(6)
+FROM {partitions} WHERE status = 'available' AND owner IS NOT NULL
+GROUP BY owner ORDER BY owner LIMIT 1000

@@ -1,0 +1,325 @@
+-- Feed SQL for PostgreSQL. Parameters are bound (%(name)s); {partitions}/{items} are validated,
+-- quoted table names; {raw_*} are index/constraint names our code builds from the same prefix.
+--
+-- Time: every lease and back-off is computed by the database clock (now(): the statement's start
+-- in autocommit), never by a worker's clock, so workers with skewed clocks still agree.
+-- A free partition has lease_until = the epoch (not NULL), so "free or expired" is a single
+-- range scan of one index, ordered and LIMITed.
+--
+-- Concurrency: state changes are optimistic — `… SET version = version + 1 … WHERE id = … AND
+-- version = …` — except the lease keeping of a partition's current owner (renew, release),
+-- which is guarded by `owner = me` instead: a take always changes owner *and* bumps version,
+-- and producers bump version too (add_items), which must not make an owner drop its lease.
+-- Operator actions (retry/resolve) are guarded by the state they change (status = 'failed')
+-- and bump version too, which voids any gate decision taken from older facts.
+
+-- name: migrate_lock
+-- Several workers may start at once; CREATE … IF NOT EXISTS is not safe against itself in
+-- PostgreSQL (pg_type unique violations), so migrations queue on an advisory lock that ends
+-- with the migration's transaction.
+SELECT pg_advisory_xact_lock(hashtext(%(name)s))
+
+-- name: migrate_unlock
+-- The advisory lock above is transaction-scoped: nothing to release.
+SELECT 1
+
+-- name: create_partitions
+-- fillfactor 70: room on each page so that frequent lease renewals can be HOT updates.
+CREATE TABLE IF NOT EXISTS {partitions} (
+  id          BIGSERIAL PRIMARY KEY,
+  name        TEXT NOT NULL,
+  status      VARCHAR(16) NOT NULL DEFAULT 'available',
+  gate        INTEGER NOT NULL DEFAULT 0,
+  owner       VARCHAR(128),
+  lease_until TIMESTAMPTZ NOT NULL DEFAULT '1970-01-01 00:00:00+00',
+  version     BIGINT NOT NULL DEFAULT 0,
+  attributes  JSONB NOT NULL DEFAULT '{}',
+  created_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
+  updated_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
+  CONSTRAINT {raw_partitions_name_key} UNIQUE (name),
+  CONSTRAINT {raw_partitions_status_check} CHECK (status IN ('available', 'failed', 'complete'))
+) WITH (fillfactor = 70)
+
+-- name: create_items
+-- available_at doubles as the item's claim lease: a claim pushes it into the future, so other
+-- workers skip the item until the claimer reports back or the lease lapses. fillfactor 80:
+-- a claim changes no indexed column, so with room on the page it is a HOT update (no index
+-- writes); only the completion, which changes status, touches the indexes.
+CREATE TABLE IF NOT EXISTS {items} (
+  id           BIGSERIAL PRIMARY KEY,
+  partition_id BIGINT NOT NULL REFERENCES {partitions} (id) ON DELETE CASCADE,
+  gate         INTEGER NOT NULL DEFAULT 0,
+  status       VARCHAR(16) NOT NULL DEFAULT 'available',
+  attempts     INTEGER NOT NULL DEFAULT 0,
+  available_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+  data         BYTEA NOT NULL,
+  result       TEXT,
+  last_error   TEXT,
+  version      BIGINT NOT NULL DEFAULT 0,
+  created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+  updated_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+  CONSTRAINT {raw_items_status_check} CHECK (status IN ('available', 'failed', 'complete'))
+) WITH (fillfactor = 80)
+
+-- name: index_partitions_free
+-- Finding free or expired partitions: a range scan up to now(), oldest lease first. Partial:
+-- failed and complete partitions are never in it, however many accumulate.
+CREATE INDEX IF NOT EXISTS {raw_partitions_free_idx} ON {partitions} (lease_until, id) WHERE status = 'available'
+
+-- name: index_partitions_owner
+-- Renewals, the claim's join and the census all start from "partitions this owner holds";
+-- lease_until in the key lets the claim check the lease inside the index.
+CREATE INDEX IF NOT EXISTS {raw_partitions_owner_idx} ON {partitions} (owner, lease_until) WHERE status = 'available'
+
+-- name: index_partitions_status
+-- Keyset-paged listings by status.
+CREATE INDEX IF NOT EXISTS {raw_partitions_status_idx} ON {partitions} (status, id)
+
+-- name: index_items_open
+-- The hot path: claimable items of a partition at its gate, in id order. Partial, so finished
+-- items leave the index and workers never step over them; also answers "is the gate open" and
+-- "what is the next gate" with an index probe.
+CREATE INDEX IF NOT EXISTS {raw_items_open_idx} ON {items} (partition_id, gate, id) WHERE status = 'available'
+
+-- name: index_items_failed
+-- Failed items block their partition: found by retry/resolve and the gate check.
+CREATE INDEX IF NOT EXISTS {raw_items_failed_idx} ON {items} (partition_id) WHERE status = 'failed'
+
+-- name: index_items_partition
+-- Listings of one partition's finished items (open ones are in the index above). Partial on
+-- purpose: an index on (partition_id, id) over all rows would compete with the open index for
+-- the claim, and with stale statistics the planner may pick it and step over finished rows.
+CREATE INDEX IF NOT EXISTS {raw_items_partition_idx} ON {items} (partition_id, id) WHERE status <> 'available'
+
+-- name: insert_partition
+-- A unique violation on name means the partition exists (the caller decides what that means).
+INSERT INTO {partitions} (name, gate, attributes) VALUES (%(name)s, %(gate)s, %(attributes)s::jsonb)
+RETURNING id
+
+-- name: insert_items
+-- One statement per chunk of rows, whatever its size: arrays unnested server-side.
+INSERT INTO {items} (partition_id, gate, data)
+SELECT * FROM unnest(%(partition_ids)s::bigint[], %(gates)s::int[], %(datas)s::bytea[])
+
+-- name: lock_partition
+-- add_items: lock the partition row for the transaction so the gate check and the inserts are
+-- atomic against a concurrent gate advance (which then fails its version check).
+SELECT id, status, gate, version FROM {partitions} WHERE name = %(name)s FOR UPDATE
+
+-- name: reopen_partition
+-- New items (or retried ones) make a failed partition workable again. Bumping the version voids
+-- any gate decision a worker took from a summary read before this change.
+UPDATE {partitions} SET status = 'available', version = version + 1, updated_at = now()
+WHERE id = %(id)s AND version = %(version)s
+
+-- name: partition_by_name
+SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at
+FROM {partitions} WHERE name = %(name)s
+
+-- name: partitions_page
+-- Keyset paging: bounded result sets whatever the table's size.
+SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at
+FROM {partitions} WHERE id > %(after)s ORDER BY id LIMIT %(limit)s
+
+-- name: partitions_page_by_status
+SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at
+FROM {partitions} WHERE status = %(status)s AND id > %(after)s ORDER BY status, id LIMIT %(limit)s
+
+-- name: items_page
+-- Open and finished items live in different partial indexes: page through each, then merge.
+SELECT * FROM (
+  (SELECT id, partition_id, gate, status, attempts, available_at, data, result, last_error, version, created_at,
+          updated_at
+   FROM {items} WHERE partition_id = %(partition_id)s AND status = 'available' AND id > %(after)s
+   ORDER BY id LIMIT %(limit)s)
+  UNION ALL
+  (SELECT id, partition_id, gate, status, attempts, available_at, data, result, last_error, version, created_at,
+          updated_at
+   FROM {items} WHERE partition_id = %(partition_id)s AND status <> 'available' AND id > %(after)s
+   ORDER BY id LIMIT %(limit)s)
+) AS page ORDER BY id LIMIT %(limit)s
+
+-- name: renew
+-- Extend every lease this worker still holds, in one statement. A lease another worker took
+-- has another owner now and is not touched; `owned` then tells what is still ours.
+UPDATE {partitions} SET lease_until = now() + %(lease)s * interval '1 second', version = version + 1
+WHERE owner = %(owner)s AND status = 'available'
+
+-- name: owned
+SELECT id FROM {partitions} WHERE owner = %(owner)s AND status = 'available'
+
+-- name: census_owners
+-- Live owners are those with unexpired leases (by the database clock). Bounded by the number
+-- of workers, not partitions.
+SELECT owner, count(*) FROM {partitions}
+WHERE status = 'available' AND owner IS NOT NULL AND lease_until > now()
+GROUP BY owner
+
+-- name: census_available
+SELECT count(*) FROM {partitions} WHERE status = 'available'
+
+-- name: free_partitions
+-- One page of free or expired partitions (never an unbounded list). The version is read so
+-- that the take below is optimistic: whoever updates first wins, the others match 0 rows.
+SELECT id, version FROM {partitions}
+WHERE status = 'available' AND lease_until <= now()
+ORDER BY lease_until, id LIMIT %(limit)s
+
+-- name: acquire
+-- Take the free partitions read above, all in one statement. Re-checking expiry guards against
+-- a renewal that landed between the read and this write (it bumped version anyway).
+UPDATE {partitions} AS p
+SET owner = %(owner)s, lease_until = now() + %(lease)s * interval '1 second', version = p.version + 1,
+    updated_at = now()
+FROM unnest(%(ids)s::bigint[], %(versions)s::bigint[]) AS t(id, version)
+WHERE p.id = t.id AND p.version = t.version AND p.status = 'available' AND p.lease_until <= now()
+
+-- name: taken
+-- What we now hold among the partitions we tried to take (names and attributes for processors).
+SELECT id, name, attributes, gate FROM {partitions}
+WHERE id = ANY(%(ids)s) AND owner = %(owner)s AND status = 'available'
+
+-- name: victim_partition
+-- Steal from the most loaded owner the partition it took most recently (its newest work is the
+-- least likely to have items in flight).
+SELECT id, version FROM {partitions}
+WHERE owner = %(victim)s AND status = 'available' AND lease_until > now()
+ORDER BY id DESC LIMIT 1
+
+-- name: steal
+-- Taking a live lease: only if nothing changed since we read it. The victim learns at its next
+-- renewal; its items in flight stay protected by their own claim (version + available_at).
+UPDATE {partitions}
+SET owner = %(owner)s, lease_until = now() + %(lease)s * interval '1 second', version = version + 1,
+    updated_at = now()
+WHERE id = %(id)s AND version = %(version)s AND status = 'available'
+
+-- name: release
+-- Give partitions back (over target, stopping): free at once, no need to wait for expiry.
+UPDATE {partitions}
+SET owner = NULL, lease_until = '1970-01-01 00:00:00+00', version = version + 1, updated_at = now()
+WHERE id = ANY(%(ids)s) AND owner = %(owner)s
+
+-- name: claim
+-- The hot path: one statement claims up to `limit` items at the current gate of partitions we
+-- hold (lease checked by the database clock). The claim bumps version (completions must match
+-- it), counts the attempt and hides the item until available_at, its claim lease. SKIP LOCKED:
+-- never queue behind another transaction's row lock. No ORDER BY: the nested loop over our
+-- partitions yields a partition's items in index order and stops at the limit, instead of
+-- sorting every open item we hold.
+UPDATE {items} AS i
+SET version = i.version + 1, attempts = i.attempts + 1,
+    available_at = now() + %(lease)s * interval '1 second'
+FROM (
+  SELECT c.id FROM {partitions} AS p
+  JOIN {items} AS c ON c.partition_id = p.id AND c.gate = p.gate AND c.status = 'available'
+  WHERE p.owner = %(owner)s AND p.status = 'available' AND p.lease_until > now()
+    AND c.available_at <= now()
+  LIMIT %(limit)s
+  FOR UPDATE OF c SKIP LOCKED
+) AS picked
+WHERE i.id = picked.id
+RETURNING i.id, i.partition_id, i.gate, i.data, i.attempts, i.version
+
+-- name: claim_mark
+-- Not used here: `claim` marks and returns in one statement (MySQL needs a second one).
+SELECT 1
+
+-- name: complete
+-- One statement per batch of outcomes, whatever the mix of done/moved/retry/failed. Each row
+-- is written only if the item still has the version our claim gave it; a lapsed claim that
+-- another worker re-took matches nothing (its result is dropped: at-least-once).
+UPDATE {items} AS i
+SET status = o.status, gate = o.gate, data = COALESCE(o.data, i.data), attempts = o.attempts,
+    available_at = now() + o.delay * interval '1 second', result = COALESCE(o.result, i.result),
+    last_error = COALESCE(o.error, i.last_error), version = i.version + 1, updated_at = now()
+FROM unnest(%(ids)s::bigint[], %(versions)s::bigint[], %(statuses)s::text[], %(gates)s::int[],
+            %(datas)s::bytea[], %(attempts)s::int[], %(delays)s::float8[], %(results)s::text[],
+            %(errors)s::text[])
+  AS o(id, version, status, gate, data, attempts, delay, result, error)
+WHERE i.id = o.id AND i.version = o.version
+
+-- name: complete_done
+-- The common case on its own: items finished without new data. Two arrays instead of nine
+-- (building the arrays costs the worker more than the database spends on the update).
+UPDATE {items} AS i
+SET status = 'complete', result = 'done', version = i.version + 1, updated_at = now()
+FROM unnest(%(ids)s::bigint[], %(versions)s::bigint[]) AS o(id, version)
+WHERE i.id = o.id AND i.version = o.version
+
+-- name: summarize_owned
+-- The fan-in facts for partitions we hold, in one snapshot: is anything still open at the
+-- gate, has anything failed, and which gate comes next. EXISTS/min are index probes on the
+-- partial indexes, never counts of a partition's items.
+SELECT p.id, p.version, p.gate,
+  EXISTS (SELECT 1 FROM {items} AS i
+          WHERE i.partition_id = p.id AND i.gate = p.gate AND i.status = 'available'),
+  EXISTS (SELECT 1 FROM {items} AS i WHERE i.partition_id = p.id AND i.status = 'failed'),
+  (SELECT min(i.gate) FROM {items} AS i
+   WHERE i.partition_id = p.id AND i.status = 'available' AND i.gate > p.gate)
+FROM {partitions} AS p
+WHERE p.id = ANY(%(ids)s) AND p.owner = %(owner)s AND p.status = 'available'
+
+-- name: summarize
+-- The same facts for one partition, whoever holds it (manual checkpoints by the caller).
+SELECT p.id, p.version, p.gate,
+  EXISTS (SELECT 1 FROM {items} AS i
+          WHERE i.partition_id = p.id AND i.gate = p.gate AND i.status = 'available'),
+  EXISTS (SELECT 1 FROM {items} AS i WHERE i.partition_id = p.id AND i.status = 'failed'),
+  (SELECT min(i.gate) FROM {items} AS i
+   WHERE i.partition_id = p.id AND i.status = 'available' AND i.gate > p.gate)
+FROM {partitions} AS p
+WHERE p.id = %(id)s AND p.status = 'available'
+
+-- name: advance_gate
+-- Fan-in checkpoint, only if the partition is exactly as summarised.
+UPDATE {partitions} SET gate = %(gate)s, version = version + 1, updated_at = now()
+WHERE id = %(id)s AND version = %(version)s AND status = 'available'
+
+-- name: close_partition
+-- complete (all items done) or failed (blocked): either way nobody needs to hold it any more.
+UPDATE {partitions}
+SET status = %(status)s, owner = NULL, lease_until = '1970-01-01 00:00:00+00', version = version + 1,
+    updated_at = now()
+WHERE id = %(id)s AND version = %(version)s AND status = 'available'
+
+-- name: reopen_failed
+-- retry/resolve, step 1 (partitions before items: the same lock order as add_items): partitions
+-- with matching failed items become available again, and their version bump voids any stale
+-- gate decision.
+UPDATE {partitions} SET status = 'available', version = version + 1, updated_at = now()
+WHERE status <> 'complete' AND id IN (
+  SELECT partition_id FROM {items}
+  WHERE status = 'failed' AND (%(partition_id)s::bigint IS NULL OR partition_id = %(partition_id)s)
+    AND (%(item_id)s::bigint IS NULL OR id = %(item_id)s)
+)
+
+-- name: retry_failed
+-- retry, step 2: failed items start their step again with fresh attempts, at once.
+UPDATE {items} SET status = 'available', attempts = 0, available_at = now(), version = version + 1,
+    updated_at = now()
+WHERE status = 'failed' AND (%(partition_id)s::bigint IS NULL OR partition_id = %(partition_id)s)
+  AND (%(item_id)s::bigint IS NULL OR id = %(item_id)s)
+
+-- name: resolve_failed
+-- resolve, step 2: an operator declares failed items done; `result` records that they were
+-- resolved rather than processed.
+UPDATE {items} SET status = 'complete', result = 'resolved', version = version + 1, updated_at = now()
+WHERE status = 'failed' AND (%(partition_id)s::bigint IS NULL OR partition_id = %(partition_id)s)
+  AND (%(item_id)s::bigint IS NULL OR id = %(item_id)s)
+
+-- name: status_partitions
+SELECT status, gate, count(*) FROM {partitions} GROUP BY status, gate ORDER BY status, gate LIMIT 200
+
+-- name: status_items
+SELECT status, count(*) FROM {items} GROUP BY status
+
+-- name: status_lag
+-- Ready = claimable now; the lag is the age of the oldest item not yet finished.
+SELECT count(*) FILTER (WHERE available_at <= now()), EXTRACT(EPOCH FROM now() - min(created_at))
+FROM {items} WHERE status = 'available'
+
+-- name: status_workers
+SELECT owner, count(*), min(lease_until), max(lease_until), max(lease_until) > now()
+FROM {partitions} WHERE status = 'available' AND owner IS NOT NULL
+GROUP BY owner ORDER BY owner LIMIT 1000

@@ -1,0 +1,263 @@
+-- Feed SQL for SQLite (embedded use). Same statements as postgres.sql, in SQLite's terms; see
+-- there for the design notes. Parameters are bound (:name). Timestamps are ISO-8601 UTC text
+-- from the database clock (strftime … 'now'), which sorts and compares as time; intervals are
+-- bound as strftime modifiers ('+2.500 seconds'). Lists are bound as one JSON array and
+-- unpacked with json_each, so statements stay fixed whatever the batch size.
+-- SQLite serialises writers (BEGIN IMMEDIATE, busy_timeout): no SKIP LOCKED is needed, and the
+-- claim is atomic under the write lock.
+
+-- name: migrate_lock
+-- The migration runs in one BEGIN IMMEDIATE transaction, which already excludes other writers.
+SELECT 1
+
+-- name: migrate_unlock
+SELECT 1
+
+-- name: create_partitions
+CREATE TABLE IF NOT EXISTS {partitions} (
+  id          INTEGER PRIMARY KEY AUTOINCREMENT,
+  name        TEXT NOT NULL,
+  status      TEXT NOT NULL DEFAULT 'available' CHECK (status IN ('available', 'failed', 'complete')),
+  gate        INTEGER NOT NULL DEFAULT 0,
+  owner       TEXT,
+  lease_until TEXT NOT NULL DEFAULT '1970-01-01T00:00:00.000',
+  version     INTEGER NOT NULL DEFAULT 0,
+  attributes  TEXT NOT NULL DEFAULT '{}',
+  created_at  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%f', 'now')),
+  updated_at  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%f', 'now')),
+  CONSTRAINT {raw_partitions_name_key} UNIQUE (name)
+)
+
+-- name: create_items
+-- available_at doubles as the item's claim lease (see postgres.sql).
+CREATE TABLE IF NOT EXISTS {items} (
+  id           INTEGER PRIMARY KEY AUTOINCREMENT,
+  partition_id INTEGER NOT NULL REFERENCES {partitions} (id) ON DELETE CASCADE,
+  gate         INTEGER NOT NULL DEFAULT 0,
+  status       TEXT NOT NULL DEFAULT 'available' CHECK (status IN ('available', 'failed', 'complete')),
+  attempts     INTEGER NOT NULL DEFAULT 0,
+  available_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%f', 'now')),
+  data         BLOB NOT NULL,
+  result       TEXT,
+  last_error   TEXT,
+  version      INTEGER NOT NULL DEFAULT 0,
+  created_at   TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%f', 'now')),
+  updated_at   TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%f', 'now'))
+)
+
+-- name: index_partitions_free
+-- Free or expired partitions: one ordered range scan (partial: only available partitions).
+CREATE INDEX IF NOT EXISTS {raw_partitions_free_idx} ON {partitions} (lease_until, id) WHERE status = 'available'
+
+-- name: index_partitions_owner
+CREATE INDEX IF NOT EXISTS {raw_partitions_owner_idx} ON {partitions} (owner, lease_until) WHERE status = 'available'
+
+-- name: index_partitions_status
+CREATE INDEX IF NOT EXISTS {raw_partitions_status_idx} ON {partitions} (status, id)
+
+-- name: index_items_open
+-- The hot path; partial, so finished items are never stepped over.
+CREATE INDEX IF NOT EXISTS {raw_items_open_idx} ON {items} (partition_id, gate, id) WHERE status = 'available'
+
+-- name: index_items_failed
+CREATE INDEX IF NOT EXISTS {raw_items_failed_idx} ON {items} (partition_id) WHERE status = 'failed'
+
+-- name: index_items_partition
+-- Finished items only, so it never competes with the open index for the claim (postgres.sql).
+CREATE INDEX IF NOT EXISTS {raw_items_partition_idx} ON {items} (partition_id, id) WHERE status <> 'available'
+
+-- name: insert_partition
+INSERT INTO {partitions} (name, gate, attributes) VALUES (:name, :gate, :attributes) RETURNING id
+
+-- name: insert_items
+-- Run with executemany inside the caller's transaction (in-process: no round trips to save).
+INSERT INTO {items} (partition_id, gate, data) VALUES (:partition_id, :gate, :data)
+
+-- name: lock_partition
+-- The transaction began IMMEDIATE: it already holds the write lock, so this read is stable.
+SELECT id, status, gate, version FROM {partitions} WHERE name = :name
+
+-- name: reopen_partition
+UPDATE {partitions} SET status = 'available', version = version + 1,
+    updated_at = strftime('%Y-%m-%dT%H:%M:%f', 'now')
+WHERE id = :id AND version = :version
+
+-- name: partition_by_name
+SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at
+FROM {partitions} WHERE name = :name
+
+-- name: partitions_page
+SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at
+FROM {partitions} WHERE id > :after ORDER BY id LIMIT :limit
+
+-- name: partitions_page_by_status
+SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at
+FROM {partitions} WHERE status = :status AND id > :after ORDER BY status, id LIMIT :limit
+
+-- name: items_page
+-- Open and finished items live in different partial indexes: page through each, then merge.
+SELECT * FROM (
+  SELECT * FROM (
+    SELECT id, partition_id, gate, status, attempts, available_at, data, result, last_error, version, created_at,
+           updated_at
+    FROM {items} WHERE partition_id = :partition_id AND status = 'available' AND id > :after
+    ORDER BY id LIMIT :limit)
+  UNION ALL
+  SELECT * FROM (
+    SELECT id, partition_id, gate, status, attempts, available_at, data, result, last_error, version, created_at,
+           updated_at
+    FROM {items} WHERE partition_id = :partition_id AND status <> 'available' AND id > :after
+    ORDER BY id LIMIT :limit)
+) ORDER BY id LIMIT :limit
+
+-- name: renew
+-- Guarded by owner: a lease another worker took is not touched (see postgres.sql).
+UPDATE {partitions} SET lease_until = strftime('%Y-%m-%dT%H:%M:%f', 'now', :lease_mod), version = version + 1
+WHERE owner = :owner AND status = 'available'
+
+-- name: owned
+SELECT id FROM {partitions} WHERE owner = :owner AND status = 'available'
+
+-- name: census_owners
+SELECT owner, count(*) FROM {partitions}
+WHERE status = 'available' AND owner IS NOT NULL AND lease_until > strftime('%Y-%m-%dT%H:%M:%f', 'now')
+GROUP BY owner
+
+-- name: census_available
+SELECT count(*) FROM {partitions} WHERE status = 'available'
+
+-- name: free_partitions
+SELECT id, version FROM {partitions}
+WHERE status = 'available' AND lease_until <= strftime('%Y-%m-%dT%H:%M:%f', 'now')
+ORDER BY lease_until, id LIMIT :limit
+
+-- name: acquire
+-- Optimistic take of the page read above: :pairs is a JSON array of [id, version].
+UPDATE {partitions}
+SET owner = :owner, lease_until = strftime('%Y-%m-%dT%H:%M:%f', 'now', :lease_mod), version = version + 1,
+    updated_at = strftime('%Y-%m-%dT%H:%M:%f', 'now')
+WHERE (id, version) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:pairs))
+  AND status = 'available' AND lease_until <= strftime('%Y-%m-%dT%H:%M:%f', 'now')
+
+-- name: taken
+SELECT id, name, attributes, gate FROM {partitions}
+WHERE id IN (SELECT value FROM json_each(:ids)) AND owner = :owner AND status = 'available'
+
+-- name: victim_partition
+SELECT id, version FROM {partitions}
+WHERE owner = :victim AND status = 'available' AND lease_until > strftime('%Y-%m-%dT%H:%M:%f', 'now')
+ORDER BY id DESC LIMIT 1
+
+-- name: steal
+UPDATE {partitions}
+SET owner = :owner, lease_until = strftime('%Y-%m-%dT%H:%M:%f', 'now', :lease_mod), version = version + 1,
+    updated_at = strftime('%Y-%m-%dT%H:%M:%f', 'now')
+WHERE id = :id AND version = :version AND status = 'available'
+
+-- name: release
+UPDATE {partitions}
+SET owner = NULL, lease_until = '1970-01-01T00:00:00.000', version = version + 1,
+    updated_at = strftime('%Y-%m-%dT%H:%M:%f', 'now')
+WHERE id IN (SELECT value FROM json_each(:ids)) AND owner = :owner
+
+-- name: claim
+-- One atomic statement (SQLite 3.35+ RETURNING) under the write lock; see postgres.sql.
+UPDATE {items}
+SET version = version + 1, attempts = attempts + 1,
+    available_at = strftime('%Y-%m-%dT%H:%M:%f', 'now', :lease_mod)
+WHERE id IN (
+  SELECT c.id FROM {partitions} AS p
+  JOIN {items} AS c ON c.partition_id = p.id AND c.gate = p.gate AND c.status = 'available'
+  WHERE p.owner = :owner AND p.status = 'available' AND p.lease_until > strftime('%Y-%m-%dT%H:%M:%f', 'now')
+    AND c.available_at <= strftime('%Y-%m-%dT%H:%M:%f', 'now')
+  LIMIT :limit
+)
+RETURNING id, partition_id, gate, data, attempts, version
+
+-- name: claim_mark
+-- Not used here: `claim` marks and returns in one statement (MySQL needs a second one).
+SELECT 1
+
+-- name: complete
+-- One row per outcome, run with executemany in one transaction: one commit per batch. Each row
+-- is conditional on the claim's version (see postgres.sql).
+UPDATE {items}
+SET status = :status, gate = :gate, data = COALESCE(:data, data), attempts = :attempts,
+    available_at = strftime('%Y-%m-%dT%H:%M:%f', 'now', :delay_mod), result = COALESCE(:result, result),
+    last_error = COALESCE(:error, last_error), version = version + 1,
+    updated_at = strftime('%Y-%m-%dT%H:%M:%f', 'now')
+WHERE id = :id AND version = :version
+
+-- name: complete_done
+-- Items finished without new data (the common case), executemany in the same transaction.
+UPDATE {items}
+SET status = 'complete', result = 'done', version = version + 1, updated_at = strftime('%Y-%m-%dT%H:%M:%f', 'now')
+WHERE id = :id AND version = :version
+
+-- name: summarize_owned
+SELECT p.id, p.version, p.gate,
+  EXISTS (SELECT 1 FROM {items} AS i
+          WHERE i.partition_id = p.id AND i.gate = p.gate AND i.status = 'available'),
+  EXISTS (SELECT 1 FROM {items} AS i WHERE i.partition_id = p.id AND i.status = 'failed'),
+  (SELECT min(i.gate) FROM {items} AS i
+   WHERE i.partition_id = p.id AND i.status = 'available' AND i.gate > p.gate)
+FROM {partitions} AS p
+WHERE p.id IN (SELECT value FROM json_each(:ids)) AND p.owner = :owner AND p.status = 'available'
+
+-- name: summarize
+SELECT p.id, p.version, p.gate,
+  EXISTS (SELECT 1 FROM {items} AS i
+          WHERE i.partition_id = p.id AND i.gate = p.gate AND i.status = 'available'),
+  EXISTS (SELECT 1 FROM {items} AS i WHERE i.partition_id = p.id AND i.status = 'failed'),
+  (SELECT min(i.gate) FROM {items} AS i
+   WHERE i.partition_id = p.id AND i.status = 'available' AND i.gate > p.gate)
+FROM {partitions} AS p
+WHERE p.id = :id AND p.status = 'available'
+
+-- name: advance_gate
+UPDATE {partitions} SET gate = :gate, version = version + 1, updated_at = strftime('%Y-%m-%dT%H:%M:%f', 'now')
+WHERE id = :id AND version = :version AND status = 'available'
+
+-- name: close_partition
+UPDATE {partitions}
+SET status = :status, owner = NULL, lease_until = '1970-01-01T00:00:00.000', version = version + 1,
+    updated_at = strftime('%Y-%m-%dT%H:%M:%f', 'now')
+WHERE id = :id AND version = :version AND status = 'available'
+
+-- name: reopen_failed
+UPDATE {partitions} SET status = 'available', version = version + 1,
+    updated_at = strftime('%Y-%m-%dT%H:%M:%f', 'now')
+WHERE status <> 'complete' AND id IN (
+  SELECT partition_id FROM {items}
+  WHERE status = 'failed' AND (:partition_id IS NULL OR partition_id = :partition_id)
+    AND (:item_id IS NULL OR id = :item_id)
+)
+
+-- name: retry_failed
+UPDATE {items} SET status = 'available', attempts = 0, available_at = strftime('%Y-%m-%dT%H:%M:%f', 'now'),
+    version = version + 1, updated_at = strftime('%Y-%m-%dT%H:%M:%f', 'now')
+WHERE status = 'failed' AND (:partition_id IS NULL OR partition_id = :partition_id)
+  AND (:item_id IS NULL OR id = :item_id)
+
+-- name: resolve_failed
+UPDATE {items} SET status = 'complete', result = 'resolved', version = version + 1,
+    updated_at = strftime('%Y-%m-%dT%H:%M:%f', 'now')
+WHERE status = 'failed' AND (:partition_id IS NULL OR partition_id = :partition_id)
+  AND (:item_id IS NULL OR id = :item_id)
+
+-- name: status_partitions
+SELECT status, gate, count(*) FROM {partitions} GROUP BY status, gate ORDER BY status, gate LIMIT 200
+
+-- name: status_items
+SELECT status, count(*) FROM {items} GROUP BY status
+
+-- name: status_lag
+SELECT coalesce(sum(available_at <= strftime('%Y-%m-%dT%H:%M:%f', 'now')), 0),
+       (julianday('now') - julianday(min(created_at))) * 86400.0
+FROM {items} WHERE status = 'available'
+
+-- name: status_workers
+SELECT owner, count(*), min(lease_until), max(lease_until),
+       max(lease_until) > strftime('%Y-%m-%dT%H:%M:%f', 'now')
+FROM {partitions} WHERE status = 'available' AND owner IS NOT NULL
+GROUP BY owner ORDER BY owner LIMIT 1000

@@ -1,0 +1,473 @@
+"""The feed's database port: named verbs over :class:`sluiceway.db.Database`, one SQL file per
+dialect. This module is the only place that knows how each dialect wants its parameters
+(arrays for PostgreSQL, JSON for SQLite, tuples for PyMySQL) and what its rows look like.
+
+A store (like a ``Database``) belongs to one thread.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sluiceway.db import Database, Dialect, QuerySet, check_identifier, quote_identifier
+from sluiceway.errors import ConfigError, InvariantViolation
+from sluiceway.feed.balance import Census
+from sluiceway.feed.core import Claimed, Decision, GateSummary, Outcome, OutcomeKind
+from sluiceway.feed.model import FeedStatus, ItemRecord, Page, Partition, Status, WorkerLeases
+
+_PREFIX = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]{0,62}\.)?[A-Za-z0-9_]{0,40}$")
+_MIGRATION_LOCK = "sluiceway.feed.migrate"
+
+#: Items per INSERT statement when adding: bounded so one huge add never builds one huge statement.
+INSERT_CHUNK = 5000
+
+
+def table_names(prefix: str) -> tuple[str, str]:
+    """The partitions and items tables for ``prefix`` (validated: letters, digits, underscores,
+    optionally ``schema.`` in front)."""
+    if not isinstance(prefix, str) or not _PREFIX.match(prefix):
+        raise ConfigError(
+            f"{prefix!r} is not a valid feed table prefix: use letters, digits and underscores, "
+            "optionally after 'schema.'",
+            path="prefix",
+        )
+    partitions, items = f"{prefix}partitions", f"{prefix}items"
+    check_identifier(partitions, what="feed partitions table")
+    check_identifier(items, what="feed items table")
+    return partitions, items
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A partition a worker holds: what processors need to know about it."""
+
+    id: int
+    name: str
+    attributes: Mapping[str, Any]
+    gate: int
+
+
+def _ts(value: object) -> datetime | None:
+    """Timestamps as aware UTC datetimes, whatever the driver returned."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.astimezone(UTC) if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return datetime.fromisoformat(str(value)).replace(tzinfo=UTC)
+
+
+def _json(value: object) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        return value
+    if isinstance(value, bytes | bytearray):
+        value = value.decode("utf-8")
+    loaded = json.loads(str(value))
+    return loaded if isinstance(loaded, dict) else {"value": loaded}
+
+
+def _bytes(value: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str):  # a BLOB column written as text by some other tool
+        return value.encode("utf-8")
+    raise InvariantViolation(f"item data came back as {type(value).__name__}, expected bytes")
+
+
+class FeedStore:
+    """Named feed queries for one database connection and one table prefix."""
+
+    def __init__(self, db: Database, prefix: str = "feed_") -> None:
+        self.db = db
+        self.dialect = db.dialect
+        self.partitions_table, self.items_table = table_names(prefix)
+        bare = prefix.split(".")[-1]
+
+        def raw(suffix: str) -> str:
+            return quote_identifier(check_identifier(f"{bare}{suffix}", what="feed index"), self.dialect)
+
+        self.q = QuerySet(
+            "sluiceway.feed",
+            self.dialect,
+            partitions=self.partitions_table,
+            items=self.items_table,
+            raw_partitions_name_key=raw("partitions_name_key"),
+            raw_partitions_status_check=raw("partitions_status_check"),
+            raw_partitions_free_idx=raw("partitions_free_idx"),
+            raw_partitions_owner_idx=raw("partitions_owner_idx"),
+            raw_partitions_status_idx=raw("partitions_status_idx"),
+            raw_items_status_check=raw("items_status_check"),
+            raw_items_open_idx=raw("items_open_idx"),
+            raw_items_failed_idx=raw("items_failed_idx"),
+            raw_items_partition_idx=raw("items_partition_idx"),
+            raw_items_partition_fk=raw("items_partition_fk"),
+        )
+
+    # -- dialect parameter shapes -------------------------------------------------------------
+    def _seconds(self, key: str, seconds: float) -> dict[str, Any]:
+        """An interval parameter as this dialect's SQL expects it."""
+        seconds = max(0.0, float(seconds))
+        if self.dialect is Dialect.POSTGRES:
+            return {key: seconds}
+        if self.dialect is Dialect.SQLITE:
+            return {f"{key}_mod": f"+{seconds:.3f} seconds"}
+        return {f"{key}_us": round(seconds * 1_000_000)}
+
+    def _ids(self, ids: Iterable[int]) -> Any:
+        values = [int(i) for i in ids]
+        if self.dialect is Dialect.POSTGRES:
+            return values
+        if self.dialect is Dialect.SQLITE:
+            return json.dumps(values)
+        return tuple(values)
+
+    # -- schema -------------------------------------------------------------------------------
+    MIGRATION = (
+        "create_partitions",
+        "create_items",
+        "index_partitions_free",
+        "index_partitions_owner",
+        "index_partitions_status",
+        "index_items_open",
+        "index_items_failed",
+        "index_items_partition",
+    )
+
+    def migrate(self) -> None:
+        """Create tables and indexes if missing (idempotent; safe when many workers start at once)."""
+        lock = {"name": _MIGRATION_LOCK}
+        if self.dialect is Dialect.MYSQL:
+            # DDL commits implicitly on MySQL: serialise with a named lock instead.
+            self.db.execute(self.q["migrate_lock"], lock, what="feed migrate lock")
+            try:
+                for name in self.MIGRATION:
+                    self.db.execute(self.q[name], what=f"feed migrate {name}")
+            finally:
+                self.db.execute(self.q["migrate_unlock"], lock, what="feed migrate unlock")
+            return
+        with self.db.transaction():
+            if self.dialect is Dialect.POSTGRES:
+                self.db.execute(self.q["migrate_lock"], lock, what="feed migrate lock")
+            for name in self.MIGRATION:
+                self.db.execute(self.q[name], what=f"feed migrate {name}")
+
+    # -- producers (call inside a transaction) ------------------------------------------------
+    def insert_partition(self, name: str, gate: int, attributes: Mapping[str, Any] | None) -> int:
+        row = self.db.fetchone(
+            self.q["insert_partition"],
+            {"name": name, "gate": gate, "attributes": json.dumps(dict(attributes or {}))},
+            what="feed add partition",
+        )
+        if row is None:
+            raise InvariantViolation("INSERT … RETURNING id returned no row")
+        return int(row[0])
+
+    def insert_items(self, rows: Sequence[tuple[int, int, bytes]]) -> None:
+        """Insert ``(partition_id, gate, data)`` rows, in bounded chunks."""
+        for start in range(0, len(rows), INSERT_CHUNK):
+            chunk = rows[start : start + INSERT_CHUNK]
+            if self.dialect is Dialect.POSTGRES:
+                self.db.execute(
+                    self.q["insert_items"],
+                    {
+                        "partition_ids": [r[0] for r in chunk],
+                        "gates": [r[1] for r in chunk],
+                        "datas": [r[2] for r in chunk],
+                    },
+                    what="feed add items",
+                )
+            else:
+                self.db.executemany(
+                    self.q["insert_items"],
+                    [{"partition_id": r[0], "gate": r[1], "data": r[2]} for r in chunk],
+                    what="feed add items",
+                )
+
+    def lock_partition(self, name: str) -> tuple[int, Status, int, int] | None:
+        """(id, status, gate, version) of a partition, locked for the current transaction."""
+        row = self.db.fetchone(self.q["lock_partition"], {"name": name}, what="feed lock partition")
+        if row is None:
+            return None
+        return int(row[0]), Status(row[1]), int(row[2]), int(row[3])
+
+    def reopen_partition(self, partition_id: int, version: int) -> bool:
+        n = self.db.execute(
+            self.q["reopen_partition"], {"id": partition_id, "version": version}, what="feed reopen partition"
+        )
+        return n == 1
+
+    # -- reading ------------------------------------------------------------------------------
+    @staticmethod
+    def _partition(row: Sequence[Any]) -> Partition:
+        return Partition(
+            id=int(row[0]),
+            name=str(row[1]),
+            status=Status(row[2]),
+            gate=int(row[3]),
+            owner=row[4],
+            # A free partition's lease_until is the epoch (an indexing device): show no lease.
+            lease_until=_ts(row[5]) if row[4] is not None else None,
+            version=int(row[6]),
+            attributes=_json(row[7]),
+            created_at=_ts(row[8]),
+            updated_at=_ts(row[9]),
+        )
+
+    def partition(self, name: str) -> Partition | None:
+        row = self.db.fetchone(self.q["partition_by_name"], {"name": name}, what="feed partition")
+        return None if row is None else self._partition(row)
+
+    def partitions_page(self, status: Status | None, after: int, limit: int) -> Page[Partition]:
+        params: dict[str, Any] = {"after": after, "limit": limit}
+        if status is None:
+            rows = self.db.fetchall(self.q["partitions_page"], params, what="feed list partitions")
+        else:
+            params["status"] = Status(status).value
+            rows = self.db.fetchall(self.q["partitions_page_by_status"], params, what="feed list partitions")
+        parts = [self._partition(r) for r in rows]
+        return Page(parts, parts[-1].id if len(parts) == limit else None)
+
+    def items_page(self, partition_id: int, after: int, limit: int) -> Page[ItemRecord]:
+        rows = self.db.fetchall(
+            self.q["items_page"],
+            {"partition_id": partition_id, "after": after, "limit": limit},
+            what="feed list items",
+        )
+        items = [
+            ItemRecord(
+                id=int(r[0]),
+                partition_id=int(r[1]),
+                gate=int(r[2]),
+                status=Status(r[3]),
+                attempts=int(r[4]),
+                available_at=_ts(r[5]),
+                data=_bytes(r[6]),
+                result=r[7],
+                last_error=r[8],
+                version=int(r[9]),
+                created_at=_ts(r[10]),
+                updated_at=_ts(r[11]),
+            )
+            for r in rows
+        ]
+        return Page(items, items[-1].id if len(items) == limit else None)
+
+    # -- leases -------------------------------------------------------------------------------
+    def renew(self, owner: str, lease: float) -> set[int]:
+        """Extend our leases; return the ids we still hold."""
+        self.db.execute(self.q["renew"], {"owner": owner, **self._seconds("lease", lease)}, what="feed renew")
+        return {int(r[0]) for r in self.db.fetchall(self.q["owned"], {"owner": owner}, what="feed owned")}
+
+    def census(self) -> Census:
+        owners = {
+            str(r[0]): int(r[1]) for r in self.db.fetchall(self.q["census_owners"], what="feed census owners")
+        }
+        row = self.db.fetchone(self.q["census_available"], what="feed census")
+        return Census(available=int(row[0]) if row else 0, owners=owners)
+
+    def free_partitions(self, limit: int) -> list[tuple[int, int]]:
+        rows = self.db.fetchall(self.q["free_partitions"], {"limit": limit}, what="feed free partitions")
+        return [(int(r[0]), int(r[1])) for r in rows]
+
+    def acquire(self, owner: str, pairs: Sequence[tuple[int, int]], lease: float) -> list[Held]:
+        """Take free partitions read with their versions; return the ones we got."""
+        if not pairs:
+            return []
+        params: dict[str, Any] = {"owner": owner, **self._seconds("lease", lease)}
+        if self.dialect is Dialect.POSTGRES:
+            params["ids"] = [p[0] for p in pairs]
+            params["versions"] = [p[1] for p in pairs]
+        elif self.dialect is Dialect.SQLITE:
+            params["pairs"] = json.dumps([list(p) for p in pairs])
+        else:
+            params["pairs"] = tuple((int(p[0]), int(p[1])) for p in pairs)
+        if self.db.execute(self.q["acquire"], params, what="feed acquire") == 0:
+            return []
+        return self.held(owner, [p[0] for p in pairs])
+
+    def held(self, owner: str, ids: Sequence[int]) -> list[Held]:
+        """Those of ``ids`` that ``owner`` holds, with what processors need to know."""
+        if not ids:
+            return []
+        rows = self.db.fetchall(self.q["taken"], {"ids": self._ids(ids), "owner": owner}, what="feed taken")
+        return [Held(int(r[0]), str(r[1]), _json(r[2]), int(r[3])) for r in rows]
+
+    def victim_partition(self, victim: str) -> tuple[int, int] | None:
+        row = self.db.fetchone(self.q["victim_partition"], {"victim": victim}, what="feed victim")
+        return None if row is None else (int(row[0]), int(row[1]))
+
+    def steal(self, owner: str, partition_id: int, version: int, lease: float) -> list[Held]:
+        params = {"owner": owner, "id": partition_id, "version": version, **self._seconds("lease", lease)}
+        if self.db.execute(self.q["steal"], params, what="feed steal") != 1:
+            return []
+        return self.held(owner, [partition_id])
+
+    def release(self, owner: str, ids: Sequence[int]) -> int:
+        if not ids:
+            return 0
+        return self.db.execute(
+            self.q["release"], {"ids": self._ids(ids), "owner": owner}, what="feed release"
+        )
+
+    # -- items: the hot path ------------------------------------------------------------------
+    def claim(self, owner: str, limit: int, lease: float) -> list[Claimed]:
+        """Claim up to ``limit`` items at the gates of partitions ``owner`` holds."""
+        params: dict[str, Any] = {"owner": owner, "limit": limit, **self._seconds("lease", lease)}
+        if self.dialect is not Dialect.MYSQL:
+            rows = self.db.fetchall(self.q["claim"], params, what="feed claim")
+            return [
+                Claimed(int(r[0]), int(r[1]), int(r[2]), _bytes(r[3]), int(r[4]), int(r[5])) for r in rows
+            ]
+        with self.db.transaction():
+            rows = self.db.fetchall(self.q["claim"], params, what="feed claim")
+            if not rows:
+                return []
+            ids = tuple(int(r[0]) for r in rows)
+            self.db.execute(
+                self.q["claim_mark"], {"ids": ids, **self._seconds("lease", lease)}, what="feed claim"
+            )
+        # The rows were locked between read and update: the update wrote exactly these values.
+        return [
+            Claimed(int(r[0]), int(r[1]), int(r[2]), _bytes(r[3]), int(r[4]) + 1, int(r[5]) + 1) for r in rows
+        ]
+
+    def complete(self, outcomes: Sequence[Outcome]) -> int:
+        """Write a batch of outcomes; return how many still matched their claim's version."""
+        if not outcomes:
+            return 0
+        # Finished-without-new-data is most of the traffic: it gets its own, narrower statement.
+        done = [o for o in outcomes if o.kind is OutcomeKind.DONE and o.data is None]
+        rest = [o for o in outcomes if not (o.kind is OutcomeKind.DONE and o.data is None)]
+        if self.dialect is Dialect.POSTGRES:
+            written = 0
+            if done:
+                written += self.db.execute(
+                    self.q["complete_done"],
+                    {"ids": [o.id for o in done], "versions": [o.version for o in done]},
+                    what="feed complete",
+                )
+            if rest:
+                written += self.db.execute(
+                    self.q["complete"],
+                    {
+                        "ids": [o.id for o in rest],
+                        "versions": [o.version for o in rest],
+                        "statuses": [o.status.value for o in rest],
+                        "gates": [o.gate for o in rest],
+                        "datas": [o.data for o in rest],
+                        "attempts": [o.attempts for o in rest],
+                        "delays": [float(o.delay) for o in rest],
+                        "results": [o.result for o in rest],
+                        "errors": [o.error for o in rest],
+                    },
+                    what="feed complete",
+                )
+            return written
+        rows = [
+            {
+                "id": o.id,
+                "version": o.version,
+                "status": o.status.value,
+                "gate": o.gate,
+                "data": o.data,
+                "attempts": o.attempts,
+                "result": o.result,
+                "error": o.error,
+                **self._seconds("delay", o.delay),
+            }
+            for o in rest
+        ]
+        written = 0
+        with self.db.transaction():
+            if done:
+                pairs = [{"id": o.id, "version": o.version} for o in done]
+                written += self.db.executemany(self.q["complete_done"], pairs, what="feed complete")
+            if rows:
+                written += self.db.executemany(self.q["complete"], rows, what="feed complete")
+        return written
+
+    # -- gates --------------------------------------------------------------------------------
+    @staticmethod
+    def _summary(row: Sequence[Any]) -> GateSummary:
+        return GateSummary(
+            partition_id=int(row[0]),
+            version=int(row[1]),
+            gate=int(row[2]),
+            open=bool(row[3]),
+            failed=bool(row[4]),
+            next_gate=None if row[5] is None else int(row[5]),
+        )
+
+    def summarize_owned(self, owner: str, ids: Sequence[int]) -> list[GateSummary]:
+        if not ids:
+            return []
+        rows = self.db.fetchall(
+            self.q["summarize_owned"], {"ids": self._ids(ids), "owner": owner}, what="feed gate summary"
+        )
+        return [self._summary(r) for r in rows]
+
+    def summarize(self, partition_id: int) -> GateSummary | None:
+        row = self.db.fetchone(self.q["summarize"], {"id": partition_id}, what="feed gate summary")
+        return None if row is None else self._summary(row)
+
+    def apply(
+        self, decisions: Sequence[tuple[GateSummary, Decision]]
+    ) -> list[tuple[GateSummary, Decision, bool]]:
+        """Apply gate decisions in one transaction, each conditional on its summary's version.
+
+        Returns each non-WAIT decision with whether it took effect (False: the partition changed
+        since it was summarised — a producer added items, an operator retried — so the decision
+        is void and will be taken again from fresh facts).
+        """
+        work = [(s, d) for s, d in decisions if d is not Decision.WAIT]
+        if not work:
+            return []
+        applied: list[tuple[GateSummary, Decision, bool]] = []
+        with self.db.transaction():
+            for summary, decision in work:
+                params: dict[str, Any] = {"id": summary.partition_id, "version": summary.version}
+                if decision is Decision.ADVANCE:
+                    params["gate"] = summary.next_gate
+                    n = self.db.execute(self.q["advance_gate"], params, what="feed advance gate")
+                else:
+                    params["status"] = (
+                        Status.COMPLETE if decision is Decision.COMPLETE else Status.FAILED
+                    ).value
+                    n = self.db.execute(self.q["close_partition"], params, what="feed close partition")
+                applied.append((summary, decision, n == 1))
+        return applied
+
+    # -- operators ----------------------------------------------------------------------------
+    def settle_failed(self, action: str, partition_id: int | None, item_id: int | None) -> int:
+        """retry or resolve failed items (optionally of one partition / one item); return how many."""
+        params = {"partition_id": partition_id, "item_id": item_id}
+        block = {"retry": "retry_failed", "resolve": "resolve_failed"}[action]
+        with self.db.transaction():
+            # Partitions first, items second: the lock order add_items uses too.
+            self.db.execute(self.q["reopen_failed"], params, what=f"feed {action}")
+            return self.db.execute(self.q[block], params, what=f"feed {action}")
+
+    def status(self) -> FeedStatus:
+        parts = [
+            (str(r[0]), int(r[1]), int(r[2]))
+            for r in self.db.fetchall(self.q["status_partitions"], what="feed status partitions")
+        ]
+        items = {
+            str(r[0]): int(r[1]) for r in self.db.fetchall(self.q["status_items"], what="feed status items")
+        }
+        lag = self.db.fetchone(self.q["status_lag"], what="feed status lag")
+        workers = [
+            WorkerLeases(str(r[0]), int(r[1]), _ts(r[2]), _ts(r[3]), bool(r[4]))
+            for r in self.db.fetchall(self.q["status_workers"], what="feed status workers")
+        ]
+        ready = int(lag[0] or 0) if lag else 0
+        age = None if not lag or lag[1] is None else float(lag[1])
+        return FeedStatus(parts, items, ready, age, workers)

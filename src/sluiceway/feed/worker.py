@@ -1,0 +1,559 @@
+"""The feed worker: lease partitions, claim items at their gates, process, report, fan in.
+
+One coordinator thread owns the database connection and does all SQL; processors run inline
+(``concurrency=1``) or on a thread pool. A cycle:
+
+1. every ``lease/3`` seconds: renew our leases, then balance (acquire free partitions, steal one,
+   or release the excess — :mod:`sluiceway.feed.balance`); between renewals a lighter top-up
+   (no steal) runs when partitions completed or the worker is idle;
+2. write the outcomes that are ready, as one batch (conditional on each claim's version);
+3. claim up to ``batch_size`` items in one statement and hand them to the processor;
+4. gate check for the partitions touched (or all we hold, when the claim ran short): advance
+   the gate (fan-in), complete the partition, or mark it failed — each an OCC update.
+
+Delivery is at-least-once: a worker that dies mid-item leaves the item's claim to lapse, and
+another worker processes it again. Two workers never process one item at the same time: the
+claim hides the item until its claim lease (``lease`` seconds) runs out, and a worker never
+*starts* an item after half that lease has gone by (it hands it back instead) — so processors
+must finish well within ``lease / 2``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import random
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+from sluiceway.db import Database, DataSource, parse_dsn
+from sluiceway.errors import DatabaseError
+from sluiceway.feed.balance import plan, victim
+from sluiceway.feed.core import (
+    Claimed,
+    Clock,
+    Decision,
+    Outcome,
+    OutcomeKind,
+    RetryPolicy,
+    SystemClock,
+    decide,
+    process_one,
+    requeue_outcome,
+)
+from sluiceway.feed.errors import FeedError, FeedTimeout
+from sluiceway.feed.model import Item, WorkerStats
+from sluiceway.feed.processors import Encoding, load_processor
+from sluiceway.feed.store import FeedStore, Held, table_names
+
+log = logging.getLogger("sluiceway.feed")
+
+#: Most free partitions read (and taken) per balance step: listings stay bounded.
+ACQUIRE_PAGE = 100
+#: How long a worker with a busy pool lingers for more outcomes before writing them.
+GATHER_DELAY = 0.02
+
+
+def default_owner() -> str:
+    """A worker id unique across hosts, processes and restarts (never reused)."""
+    return f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class FeedWorker:
+    """Processes a feed's items with ``processor``; see the module docstring for the algorithm.
+
+    ``processor`` is a callable ``fn(item) -> {gate, done, data}``, ``"module:function"`` or an
+    ``http(s)://`` URL (see :mod:`sluiceway.feed.processors`).
+
+    >>> worker = FeedWorker("sqlite:///app.db", lambda item: {"done": True})   # doctest: +SKIP
+    >>> worker.run_until_idle(timeout=30).completed                            # doctest: +SKIP
+    3
+    >>> with FeedWorker(dsn, "myapp.ocr:process", concurrency=8):             # doctest: +SKIP
+    ...     serve_forever()                         # started on enter, stopped (leases released) on exit
+    """
+
+    def __init__(
+        self,
+        dsn: str | DataSource,
+        processor: str | Callable[[Item], object],
+        *,
+        prefix: str = "feed_",
+        concurrency: int = 1,
+        max_attempts: int = 5,
+        manual_checkpoint: bool = False,
+        batch_size: int = 100,
+        lease: float = 20.0,
+        poll_interval: float = 0.5,
+        backoff: float = 1.0,
+        max_backoff: float = 60.0,
+        checkpoint_interval: float = 0.05,
+        http_timeout: float = 10.0,
+        http_encoding: Encoding = "base64",
+        owner: str | None = None,
+        migrate: bool = True,
+        clock: Clock | None = None,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        if concurrency < 1:
+            raise FeedError("concurrency must be at least 1")
+        if batch_size < 1:
+            raise FeedError("batch_size must be at least 1")
+        if lease < 0.5:
+            raise FeedError("lease must be at least 0.5 seconds")
+        if poll_interval <= 0:
+            raise FeedError("poll_interval must be positive")
+        self.source = dsn if isinstance(dsn, DataSource) else parse_dsn(dsn)
+        # A processor given as text is built per run (an HTTP one holds a connection pool, closed
+        # when the run ends); building it here once checks the spec early.
+        self._load: Callable[[], Callable[[Item], object]] = lambda: load_processor(
+            processor, timeout=http_timeout, encoding=http_encoding, concurrency=concurrency
+        )
+        self.processor = self._load()
+        self.prefix = prefix
+        table_names(prefix)  # fail at construction, not in the worker thread
+        self._owns_processor = isinstance(processor, str)
+        self._close_processor(self.processor)
+        self.owner = owner or default_owner()
+        self.concurrency = concurrency
+        self.policy = RetryPolicy(max_attempts=max_attempts, backoff=backoff, max_backoff=max_backoff)
+        self.manual_checkpoint = manual_checkpoint
+        self.batch_size = batch_size
+        self.lease = float(lease)
+        self.renew_interval = self.lease / 3
+        self.poll_interval = float(poll_interval)
+        self.checkpoint_interval = float(checkpoint_interval)
+        self.migrate = migrate
+        self.clock: Clock = clock or SystemClock()
+        self._rand = rand
+
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._stats = WorkerStats(owner=self.owner)
+        self._held: dict[int, Held] = {}
+        self._target = 0
+        # Concurrency > 1: outcomes come back from the pool through this queue.
+        self._results: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        self._inflight = 0
+        self._pending: list[Outcome] = []  # written at the next cycle (kept when a write fails)
+        self._touched: set[int] = set()
+        self._seconds_per_item = 0.0  # running estimate, to size claims for slow processors
+        self._last_checkpoint = -1e9
+
+    # -- public control -------------------------------------------------------------------------
+    @property
+    def stats(self) -> WorkerStats:
+        with self._lock:
+            return replace(self._stats)
+
+    @property
+    def partitions(self) -> list[str]:
+        """Names of the partitions this worker holds right now."""
+        with self._lock:
+            return sorted(h.name for h in self._held.values())
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> FeedWorker:
+        """Run in a background thread until :meth:`stop`."""
+        if self.running:
+            return self
+        self._stop.clear()
+        self._error = None
+        self._thread = threading.Thread(
+            target=self._thread_main, name=f"feed-worker-{self.owner}", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def _thread_main(self) -> None:
+        try:
+            self._run(until_idle=False, timeout=None)
+        except BaseException as exc:  # surfaced by stop()
+            self._error = exc
+            log.exception("feed worker %s stopped on an error", self.owner)
+
+    def request_stop(self) -> None:
+        """Ask the loop to stop without waiting (safe from a signal handler); see :meth:`stop`."""
+        self._stop.set()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop claiming, let items in flight finish, write their outcomes, release our leases."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            if thread.is_alive():
+                raise FeedTimeout(f"feed worker {self.owner} did not stop within {timeout:g}s")
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def run(self) -> None:
+        """Run in this thread until :meth:`stop` is called (e.g. from a signal handler)."""
+        self._stop.clear()
+        self._run(until_idle=False, timeout=None)
+
+    def run_until_idle(self, timeout: float | None = None) -> WorkerStats:
+        """Work until there is nothing this worker can do, then release leases and return stats.
+
+        Idle means: nothing claimable or in flight, no item of ours waiting for a retry, no free
+        partition to take, nothing to fan in. Partitions held by other live workers are theirs.
+        """
+        self._stop.clear()
+        self._run(until_idle=True, timeout=timeout)
+        return self.stats
+
+    def __enter__(self) -> FeedWorker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- the loop -------------------------------------------------------------------------------
+    def _run(self, *, until_idle: bool, timeout: float | None) -> None:
+        if self._owns_processor:
+            self.processor = self._load()
+        store = FeedStore(Database(self.source), self.prefix)
+        pool = (
+            ThreadPoolExecutor(self.concurrency, thread_name_prefix="feed-proc")
+            if self.concurrency > 1
+            else None
+        )
+        started = self.clock.monotonic()
+        failures = 0
+        try:
+            if self.migrate:
+                store.migrate()
+            next_renew = started
+            last_balance = -1e9
+            idle_cycles = 0
+            while not self._stop.is_set():
+                now = self.clock.monotonic()
+                if timeout is not None and now - started > timeout:
+                    raise FeedTimeout(f"feed worker {self.owner} was not idle after {timeout:g}s")
+                try:
+                    if now >= next_renew:
+                        self._renew(store)
+                        self._balance(store, allow_steal=True)
+                        next_renew, last_balance = now + self.renew_interval, now
+                    busy, waiting, short = self._cycle(store, pool)
+                    if not busy and (until_idle or (short and now - last_balance >= self.poll_interval)):
+                        # Idle, or our partitions ran dry: look for free ones (stealing waits for
+                        # the renewal cycle, one partition at a time).
+                        busy = self._balance(store, allow_steal=False) > 0
+                        last_balance = now
+                    failures = 0
+                except DatabaseError as exc:
+                    failures += 1
+                    pause = min(self.renew_interval, self.poll_interval * 2 ** min(failures, 6))
+                    log.warning(
+                        "feed worker %s: database call failed (%s); again in %.1fs", self.owner, exc, pause
+                    )
+                    self._stop.wait(pause)
+                    continue
+                if until_idle:
+                    idle_cycles = 0 if (busy or waiting) else idle_cycles + 1
+                    if idle_cycles >= 2:
+                        break
+                if not busy:
+                    self._idle_wait(self.poll_interval if not until_idle or waiting else 0.0)
+        finally:
+            self._shutdown(store, pool)
+
+    def _idle_wait(self, seconds: float) -> None:
+        if self._inflight > 0:
+            self._gather(seconds)
+        elif seconds > 0:
+            self._stop.wait(seconds)
+
+    def _gather(self, seconds: float) -> None:
+        """Wait for outcomes from the pool: wake on the first (not on a timer), then linger a
+        moment for more, so that slow processors' outcomes are still written in batches rather
+        than one statement per item."""
+        try:
+            self._pending.append(self._results.get(timeout=max(seconds, 0.01)))
+            self._inflight -= 1
+        except queue.Empty:
+            return
+        want = max(1, min(self.batch_size, self.concurrency) // 2)
+        deadline = time.monotonic() + GATHER_DELAY
+        while self._inflight > 0 and len(self._pending) < want:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            try:
+                self._pending.append(self._results.get(timeout=remaining))
+                self._inflight -= 1
+            except queue.Empty:
+                return
+
+    def _cycle(self, store: FeedStore, pool: ThreadPoolExecutor | None) -> tuple[bool, bool, bool]:
+        """One round. Returns (did something, work is pending but not ready, claim ran short)."""
+        busy = self._flush(store)
+        claimed = 0
+        requested = 0
+        if self._held:
+            requested = self._claim_size()
+            if requested > 0:
+                batch = store.claim(self.owner, requested, self.lease)
+                claimed = len(batch)
+                if batch:
+                    self._dispatch(store, batch, pool)
+                    busy = True
+                    busy = self._flush(store) or busy
+        # Short: we asked and got less (our partitions are running dry, or nothing is held). Not
+        # when a full pool kept us from asking: that says nothing about the partitions.
+        short = not self._held or (requested > 0 and claimed < requested)
+        now = self.clock.monotonic()
+        progressed = False
+        open_gates = 0
+        if self._held and (
+            short or (self._touched and now - self._last_checkpoint >= self.checkpoint_interval)
+        ):
+            ids = list(self._held) if short else list(self._touched & self._held.keys())
+            progressed, open_gates = self._checkpoint(store, ids)
+            self._touched.clear()
+            self._last_checkpoint = now
+        waiting = self._inflight > 0 or bool(self._pending) or (short and open_gates > 0)
+        return busy or progressed, waiting, short
+
+    def _claim_size(self) -> int:
+        if self.concurrency == 1:
+            room = self.batch_size
+        else:
+            # Keep up to two batches in flight so the pool never starves between claims, but do
+            # not claim dribbles: wait until a worthwhile number has come back.
+            room = 2 * max(self.batch_size, self.concurrency) - self._inflight
+            if room < min(self.batch_size, self.concurrency):
+                return 0
+        if self._seconds_per_item > 0:
+            # Never claim more than the processors can start within half the claim lease.
+            fits = int((self.lease / 2) / (self._seconds_per_item * 1.5) * self.concurrency)
+            room = min(room, max(1, fits))
+        return min(room, self.batch_size)
+
+    # -- processing -----------------------------------------------------------------------------
+    def _items_for(self, store: FeedStore, batch: list[Claimed]) -> dict[int, Held]:
+        missing = {c.partition_id for c in batch} - self._held.keys()
+        if missing:
+            # Ours in the database but not in memory (an answer lost to a failed call): look up.
+            found = store.held(self.owner, sorted(missing))
+            with self._lock:
+                for held in found:
+                    self._held[held.id] = held
+        return dict(self._held)
+
+    def _dispatch(self, store: FeedStore, batch: list[Claimed], pool: ThreadPoolExecutor | None) -> None:
+        start_by = self.clock.monotonic() + self.lease / 2
+        held = self._items_for(store, batch)
+        if pool is None:
+            t0 = self.clock.monotonic()
+            for claimed in batch:
+                self._pending.append(self._process(claimed, held.get(claimed.partition_id), start_by))
+            self._observe(self.clock.monotonic() - t0, len(batch))
+            return
+        for claimed in batch:
+            pool.submit(self._pool_task, claimed, held.get(claimed.partition_id), start_by)
+            self._inflight += 1
+
+    def _pool_task(self, claimed: Claimed, partition: Held | None, start_by: float) -> None:
+        t0 = self.clock.monotonic()
+        try:
+            outcome = self._process(claimed, partition, start_by)
+        except BaseException:
+            outcome = requeue_outcome(claimed)
+            raise
+        finally:
+            self._observe(self.clock.monotonic() - t0, 1)
+            self._results.put(outcome)
+
+    def _observe(self, seconds: float, n: int) -> None:
+        if n:
+            per = seconds / n
+            self._seconds_per_item = (
+                per if self._seconds_per_item == 0 else 0.8 * self._seconds_per_item + 0.2 * per
+            )
+
+    def _process(self, claimed: Claimed, partition: Held | None, start_by: float) -> Outcome:
+        if partition is None or self._stop.is_set() or self.clock.monotonic() > start_by:
+            # Not started: hand it back now. Past start_by, its claim lease could run out while
+            # we process it, and another worker could start it too.
+            return requeue_outcome(claimed)
+        item = Item(
+            id=claimed.id,
+            partition=partition.name,
+            gate=claimed.gate,
+            data=claimed.data,
+            attempt=claimed.attempts,
+            partition_id=claimed.partition_id,
+            attributes=partition.attributes,
+        )
+        return process_one(self.processor, claimed, item, self.policy, self._rand)
+
+    def _flush(self, store: FeedStore) -> bool:
+        """Write the outcomes that are ready, as one batch."""
+        while self._inflight > 0:
+            try:
+                self._pending.append(self._results.get_nowait())
+                self._inflight -= 1
+            except queue.Empty:
+                break
+        if not self._pending:
+            return False
+        outcomes = self._pending
+        written = store.complete(outcomes)  # on error, _pending stays for the next cycle
+        self._pending = []
+        kinds = [o.kind for o in outcomes]
+        with self._lock:
+            s = self._stats
+            s.processed += sum(1 for k in kinds if k is not OutcomeKind.REQUEUE)
+            s.completed += kinds.count(OutcomeKind.DONE)
+            s.moved += kinds.count(OutcomeKind.MOVED)
+            s.retried += kinds.count(OutcomeKind.RETRY)
+            s.failed += kinds.count(OutcomeKind.FAILED)
+            s.requeued += kinds.count(OutcomeKind.REQUEUE)
+            s.lost += len(outcomes) - written
+        if written < len(outcomes):
+            log.info(
+                "feed worker %s: %d of %d outcomes arrived after their claim lapsed and were dropped",
+                self.owner, len(outcomes) - written, len(outcomes),
+            )  # fmt: skip
+        self._touched.update(o.partition_id for o in outcomes)
+        return True
+
+    # -- gates ----------------------------------------------------------------------------------
+    def _checkpoint(self, store: FeedStore, ids: list[int]) -> tuple[bool, int]:
+        """Fan in where a gate is done. Returns (anything changed, partitions with open gates)."""
+        if not ids:
+            return False, 0
+        summaries = store.summarize_owned(self.owner, ids)
+        seen = {s.partition_id for s in summaries}
+        progressed = False
+        with self._lock:
+            for pid in set(ids) - seen:
+                # Not ours any more (stolen, released, closed by someone): forget it.
+                self._held.pop(pid, None)
+                progressed = True
+        applied = store.apply([(s, decide(s, manual=self.manual_checkpoint)) for s in summaries])
+        with self._lock:
+            for summary, decision, ok in applied:
+                if not ok:
+                    continue
+                progressed = True
+                if decision is Decision.ADVANCE:
+                    self._stats.gates_advanced += 1
+                    held = self._held.get(summary.partition_id)
+                    if held is not None and summary.next_gate is not None:
+                        self._held[summary.partition_id] = replace(held, gate=summary.next_gate)
+                    self._touched.add(summary.partition_id)
+                elif decision is Decision.COMPLETE:
+                    self._stats.partitions_completed += 1
+                    self._held.pop(summary.partition_id, None)
+                elif decision is Decision.FAIL:
+                    self._stats.partitions_failed += 1
+                    self._held.pop(summary.partition_id, None)
+                    pid, gate = summary.partition_id, summary.gate
+                    log.warning("feed partition %d is blocked by failed items at gate %d", pid, gate)
+        return progressed, sum(1 for s in summaries if s.open)
+
+    # -- leases ---------------------------------------------------------------------------------
+    def _renew(self, store: FeedStore) -> None:
+        still = store.renew(self.owner, self.lease)
+        with self._lock:
+            lost = self._held.keys() - still
+            for pid in lost:
+                self._held.pop(pid)
+        if lost:
+            log.info("feed worker %s lost %d partition(s) to other workers", self.owner, len(lost))
+        unknown = still - self._held.keys()
+        if unknown:
+            # Ours in the database but not in memory (e.g. an answer lost to a failed call).
+            with self._lock:
+                for held in store.held(self.owner, sorted(unknown)):
+                    self._held[held.id] = held
+
+    def _balance(self, store: FeedStore, *, allow_steal: bool) -> int:
+        """One balancing step; returns how many partitions were gained."""
+        census = store.census()
+        mine = len(self._held)
+        step = plan(self.owner, mine, census)
+        self._target = step.target
+        if step.release:
+            # Give back the newest: they are the least likely to have work in flight with us.
+            ids = sorted(self._held)[-step.release :]
+            released = store.release(self.owner, ids)
+            with self._lock:
+                for pid in ids:
+                    self._held.pop(pid, None)
+                self._stats.released += released
+            log.info("feed worker %s released %d partition(s) (target %d)", self.owner, released, step.target)
+            return 0
+        if step.acquire <= 0:
+            return 0
+        # Read a wider page than needed and take a random part of it: workers balancing at the
+        # same moment then mostly try different rows instead of all losing on the same ones.
+        need = min(step.acquire, ACQUIRE_PAGE)
+        free = store.free_partitions(min(ACQUIRE_PAGE, max(2 * need, need + 8)))
+        pick = sorted(free, key=lambda _: self._rand())[:need]
+        got = store.acquire(self.owner, pick, self.lease) if pick else []
+        stolen: list[Held] = []
+        if not free and allow_steal:
+            target_owner = victim(self.owner, mine, step.target, census)
+            if target_owner is not None:
+                row = store.victim_partition(target_owner)
+                if row is not None:
+                    stolen = store.steal(self.owner, row[0], row[1], self.lease)
+                    if stolen:
+                        log.info(
+                            "feed worker %s stole partition %d from %s", self.owner, row[0], target_owner
+                        )
+        with self._lock:
+            for held in (*got, *stolen):
+                self._held[held.id] = held
+            self._stats.acquired += len(got)
+            self._stats.stolen += len(stolen)
+        return len(got) + len(stolen)
+
+    # -- shutdown -------------------------------------------------------------------------------
+    def _shutdown(self, store: FeedStore, pool: ThreadPoolExecutor | None) -> None:
+        self._stop.set()  # queued pool tasks see it and hand their items back unprocessed
+        try:
+            if pool is not None:
+                pool.shutdown(wait=True)
+            while self._inflight > 0:
+                self._pending.append(self._results.get())
+                self._inflight -= 1
+            try:
+                self._flush(store)
+                ids = sorted(self._held)
+                if ids:
+                    released = store.release(self.owner, ids)
+                    with self._lock:
+                        self._stats.released += released
+                        self._held.clear()
+            except DatabaseError as exc:
+                # Outcomes not written are processed again once their claims lapse (at-least-once).
+                log.warning("feed worker %s could not report on shutdown: %s", self.owner, exc)
+        finally:
+            store.db.close()
+            self._close_processor(self.processor)
+
+    def _close_processor(self, processor: object) -> None:
+        """Close what the worker built itself (an HTTP processor's connection pool)."""
+        close = getattr(processor, "close", None)
+        if self._owns_processor and callable(close):
+            close()
+
+    def close(self) -> None:
+        """Kept for symmetry with other parts: a run already closes what it opened."""
