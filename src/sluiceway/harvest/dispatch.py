@@ -37,6 +37,8 @@ class Dispatcher:
         self._held_ids: set[int] = set()  # ids that are ready or pending
         self._last_sent: dict[str, int] = {}
         self._force_remark = False
+        #: Bumped by every refresh (new leader id): batches marked under an older one are stale.
+        self.generation = 0
 
     # -- views -------------------------------------------------------------------------------
     @property
@@ -72,11 +74,16 @@ class Dispatcher:
                 timeout,
             )
 
-    def admit(self, marked: Iterable[MarkedRecord]) -> tuple[list[MarkedRecord], bool]:
+    def admit(
+        self, marked: Iterable[MarkedRecord], generation: int | None = None
+    ) -> tuple[list[MarkedRecord], bool]:
         """Take a marked batch (any order). Return the records to send now, and whether the batch
-        was abandoned because forceRemark was raised."""
+        was abandoned — because forceRemark was raised, or because it was marked under a leader
+        id that has since been refreshed (``generation``)."""
         sends: list[MarkedRecord] = []
         with self._lock:
+            if generation is not None and generation != self.generation:
+                return sends, True
             for record in sorted(marked, key=lambda r: r.id):
                 if self._force_remark:
                     return sends, True
@@ -108,6 +115,7 @@ class Dispatcher:
             self._pending.clear()
             self._held_ids.clear()
             self._force_remark = False
+            self.generation += 1
             self._room.notify_all()
             return dropped
 

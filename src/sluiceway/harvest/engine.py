@@ -17,6 +17,7 @@ Failure rules (from goharvest, made explicit):
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 import uuid
@@ -153,6 +154,7 @@ class Term:
         self._deliveries: deque[Delivery] = deque()
         self._delivery_signal = threading.Event()
         self._purger_stop = False
+        self._handoff: queue.Queue[tuple[int, list[MarkedRecord]]] = queue.Queue(maxsize=1)
         self._outstanding = 0  # handed to the publisher, delivery report not yet settled
         self._outstanding_lock = threading.Lock()
         self._stopping = threading.Event()
@@ -161,66 +163,96 @@ class Term:
 
     # -- marker (calling thread) ------------------------------------------------------------
     def run(self) -> None:
+        """Run the term until ``should_run()`` turns false.
+
+        Two stages overlap: a marker thread claims the next batch (a database round trip) while
+        this thread admits the previous one and hands it to the send queues (which may block on
+        ``sendBuffer``). At most one marked batch waits between them.
+        """
         engine, lim = self.engine, self.limits
         threads = [
             threading.Thread(target=self._shard_loop, args=(i,), name=f"sluice-send-{i}", daemon=True)
             for i in range(lim.send_concurrency)
         ]
         purger = threading.Thread(target=self._purge_loop, name="sluice-purge", daemon=True)
-        for t in [*threads, purger]:
+        marker = threading.Thread(target=self._mark_loop, name="sluice-mark", daemon=True)
+        for t in [*threads, purger, marker]:
             t.start()
-        store = engine.store_factory()
         try:
-            self._mark_loop(store)
+            self._admit_loop()
         finally:
             self._stopping.set()
+            marker.join()
             self._shutdown(threads, purger)
-            store.close()
         if self._error is not None:
             raise self._error
 
-    def _mark_loop(self, store: OutboxStore) -> None:
-        engine, lim, disp = self.engine, self.limits, self.dispatcher
-        last_meter = time.monotonic()
+    def _admit_loop(self) -> None:
+        handoff = self._handoff
         while self.should_run() and self._error is None:
-            if disp.force_remark:
-                self._refresh("a delivery failed")
-            now = time.monotonic()
-            if now - last_meter >= lim.min_metrics_interval:
-                engine.emit_meter(now - last_meter, disp)
-                last_meter = now
-            if not disp.wait_for_room(timeout=0.1):
-                continue
-            if disp.force_remark:
-                continue
             try:
-                marked = store.mark(self.leader_id, lim.mark_query_records)
-            except DatabaseError as exc:
-                log.warning(
-                    "mark failed (%s); backing off %.3fs and re-marking under a new leader id",
-                    exc,
-                    lim.io_error_backoff,
-                )
-                # The UPDATE may have committed on the server: a new id makes those rows eligible again.
-                self._refresh("mark failed")
-                self._sleep(lim.io_error_backoff)
+                generation, marked = handoff.get(timeout=0.1)
+            except queue.Empty:
                 continue
-            if not marked:
-                self._sleep(lim.mark_backoff)
-                continue
-            engine.counters.marked += len(marked)
-            sends, abandoned = disp.admit(marked)
+            # admit() drops the batch if the leader id changed since it was marked: those rows
+            # are re-marked under the new id, behind any record that failed.
+            sends, _abandoned = self.dispatcher.admit(marked, generation)
             self._enqueue(sends)
-            if abandoned:
-                self._refresh("a delivery failed")
+
+    def _mark_loop(self) -> None:
+        engine, lim, disp = self.engine, self.limits, self.dispatcher
+        store: OutboxStore | None = None
+        last_meter = time.monotonic()
+        try:
+            store = engine.store_factory()
+            while not self._stopping.is_set() and self._error is None:
+                if disp.force_remark:
+                    self._refresh("a delivery failed")
+                now = time.monotonic()
+                if now - last_meter >= lim.min_metrics_interval:
+                    engine.emit_meter(now - last_meter, disp)
+                    last_meter = now
+                if not disp.wait_for_room(timeout=0.1) or disp.force_remark:
+                    continue
+                generation, leader_id = disp.generation, self.leader_id
+                try:
+                    marked = store.mark(leader_id, lim.mark_query_records)
+                except DatabaseError as exc:
+                    log.warning(
+                        "mark failed (%s); backing off %.3fs and re-marking under a new leader id",
+                        exc,
+                        lim.io_error_backoff,
+                    )
+                    # The UPDATE may have committed on the server: a new id makes those rows eligible again.
+                    self._refresh("mark failed")
+                    self._sleep(lim.io_error_backoff)
+                    continue
+                if not marked:
+                    self._sleep(lim.mark_backoff)
+                    continue
+                engine.counters.marked += len(marked)
+                while not self._stopping.is_set():
+                    try:
+                        self._handoff.put((generation, marked), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+        except BaseException as exc:
+            log.exception("marker failed")
+            self._error = exc
+        finally:
+            if store is not None:
+                store.close()
 
     def _refresh(self, why: str) -> None:
+        """Take a fresh leader id (marker thread only)."""
+        leader_id = str(uuid.uuid4())
         dropped = self.dispatcher.refresh()
-        self.leader_id = str(uuid.uuid4())
+        self.leader_id = leader_id
         log.info(
-            "leader id refreshed (%s): %s; %d pending records will be re-marked", why, self.leader_id, dropped
+            "leader id refreshed (%s): %s; %d pending records will be re-marked", why, leader_id, dropped
         )
-        self.engine.emit(LeaderRefreshed(self.leader_id))
+        self.engine.emit(LeaderRefreshed(leader_id))
 
     def _sleep(self, seconds: float) -> None:
         self._stopping.wait(seconds) if seconds > 0 else None
