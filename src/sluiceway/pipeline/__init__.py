@@ -1,0 +1,42 @@
+"""Pipelines on Spark: a source, namespace filters and transforms, sinks — one query per sink.
+
+>>> from sluiceway.pipeline import Pipeline, PipelineSpec                  # doctest: +SKIP
+>>> spec = PipelineSpec.from_yaml("orders.yaml")
+>>> Pipeline(spec).run(once=True)
+
+The data sources (``sluice-journal``, ``sluice-kafka``, ``sluice-outbox``) work on their own
+too, after ``register_sources(spark)``. See ``docs/pipeline.md``.
+"""
+
+from sluiceway.pipeline.errors import PipelineError, SinkFailed, SourceError, SpecError, StepPaused
+from sluiceway.pipeline.failures import RetryPolicy, deliver
+from sluiceway.pipeline.operator import SinkStatus, inspect, read_checkpoint, skip, status
+from sluiceway.pipeline.record import RECORD_DDL, RECORD_SCHEMA, Record
+from sluiceway.pipeline.runner import Pipeline, SinkRun, build_stream, register_sources
+from sluiceway.pipeline.session import build_session
+from sluiceway.pipeline.spec import PipelineSpec, SpecBuilder
+
+__all__ = [
+    "RECORD_DDL",
+    "RECORD_SCHEMA",
+    "Pipeline",
+    "PipelineError",
+    "PipelineSpec",
+    "Record",
+    "RetryPolicy",
+    "SinkFailed",
+    "SinkRun",
+    "SinkStatus",
+    "SourceError",
+    "SpecBuilder",
+    "SpecError",
+    "StepPaused",
+    "build_session",
+    "build_stream",
+    "deliver",
+    "inspect",
+    "read_checkpoint",
+    "register_sources",
+    "skip",
+    "status",
+]

@@ -8,11 +8,16 @@ from typing import Any
 
 
 def build_session(
-    master: str = "local[*]", *, app_name: str = "sluiceway", warehouse: str | None = None
+    master: str = "local[*]",
+    *,
+    app_name: str = "sluiceway",
+    warehouse: str | None = None,
+    conf: dict[str, str] | None = None,
 ) -> Any:
     """Create (or get) a SparkSession for ``master``: ``local[*]``, ``spark://…`` or ``sc://…``.
 
     ``PYSPARK_PYTHON`` is pinned to this interpreter so Python workers find the same packages.
+    ``conf``: extra Spark settings (a pipeline spec's ``spark:`` mapping).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -25,6 +30,7 @@ def build_session(
         builder = (
             builder.master(master)
             .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", "4")
             .config("spark.sql.session.timeZone", "UTC")
             .config("spark.driver.memory", "2g")
@@ -33,6 +39,8 @@ def build_session(
         )
         if warehouse:
             builder = builder.config("spark.sql.warehouse.dir", warehouse)
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     session = builder.getOrCreate()
     if not master.startswith("sc://"):
         session.sparkContext.setLogLevel("ERROR")

@@ -1,0 +1,175 @@
+"""Pipeline benchmark: the journal source against Spark's Parquet reader; outbox → Kafka.
+
+1. The same N records (default 2,000,000) read by ``sluice-journal`` and by Spark's Parquet
+   reader (the baseline, same run), both into the ``noop`` sink; best of three rounds each,
+   after a warm-up read of each.
+2. ``sluice-outbox`` → Kafka sink through a pipeline (``--once``): records/s from a Postgres
+   outbox to a Tansu broker, including claims, reads, purges and delivery acks.
+
+    .venv/bin/python bench/pipeline.py [--records 2000000] [--outbox 100000]
+
+Prints a table, then one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import report, scratch_postgres
+
+
+def make_journal(path: str, n: int) -> None:
+    from sluiceway.journal import Journal
+
+    value = json.dumps({"status": "created", "total": 1234, "items": ["a", "b", "c"]}).encode()
+    with Journal.open(path, fsync=False) as j:
+        for start in range(0, n, 20_000):
+            with j.append() as tx:
+                for i in range(start, min(n, start + 20_000)):
+                    tx.write(f"order-{i % 10_000}", value, headers=[("source", "bench")], namespace="orders")
+
+
+def journal_to_parquet(journal: str, target: str) -> None:
+    import pyarrow.parquet as pq
+
+    from sluiceway.journal import Journal
+
+    with Journal.open(journal, read_only=True) as j:
+        writer = None
+        for batch in j.read_arrow(0, None, max_rows=200_000):
+            if writer is None:
+                writer = pq.ParquetWriter(target, batch.schema)
+            writer.write_batch(batch)
+        if writer is not None:
+            writer.close()
+
+
+def timed_noop(df: object) -> float:
+    t0 = time.perf_counter()
+    df.write.format("noop").mode("overwrite").save()  # type: ignore[attr-defined]
+    return time.perf_counter() - t0
+
+
+def bench_read(spark: object, n: int, work: str) -> dict[str, float]:
+    journal, parquet = os.path.join(work, "journal"), os.path.join(work, "records.parquet")
+    t0 = time.perf_counter()
+    make_journal(journal, n)
+    journal_to_parquet(journal, parquet)
+    print(f"data: {n:,} records written in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+    jdf = spark.read.format("sluice-journal").option("path", journal)  # type: ignore[attr-defined]
+    pdf = spark.read.parquet  # type: ignore[attr-defined]
+    times = {"journal": [], "parquet": []}  # type: dict[str, list[float]]
+    # Warm up both paths (Python workers started, modules imported, files in the page cache).
+    timed_noop(pdf(parquet))
+    timed_noop(jdf.load())
+    for _ in range(3):  # alternate, so neither gets a warmer machine
+        times["parquet"].append(timed_noop(pdf(parquet)))
+        times["journal"].append(timed_noop(jdf.load()))
+    parts = jdf.load().rdd.getNumPartitions()
+    return {
+        "journal_rps": n / min(times["journal"]),
+        "parquet_rps": n / min(times["parquet"]),
+        "journal_s": min(times["journal"]),
+        "parquet_s": min(times["parquet"]),
+        "journal_partitions": parts,
+    }
+
+
+def bench_outbox(spark: object, rows: int, work: str) -> dict[str, float]:
+    from sluiceway.db import Database
+    from sluiceway.outbox import init_outbox
+    from sluiceway.pipeline import Pipeline, PipelineSpec
+    from sluiceway.testing import Broker
+
+    with scratch_postgres("sluice_bench_pipe") as dsn, Broker() as broker:
+        with Database(dsn) as db:
+            init_outbox(db)
+            # Rows as the stasher writes them, generated in the database (the bench is the source).
+            db.execute(
+                "INSERT INTO outbox (create_time, kafka_topic, kafka_key, kafka_value, kafka_header_keys, "
+                "kafka_header_values) SELECT now(), 'orders', 'order-' || (g %% 1000), "
+                "'{\"status\": \"created\", \"total\": ' || g || '}', ARRAY['source'], ARRAY['bench'] "
+                "FROM generate_series(1, %(n)s) g",
+                {"n": rows},
+            )
+        broker.create_topic("orders-out", partitions=3)
+        spec = PipelineSpec.from_dict(
+            {
+                "name": "bench",
+                "source": {"type": "outbox", "dsn": dsn, "max_records_per_batch": 25_000, "partitions": 2},
+                "sinks": [
+                    {
+                        "name": "bus",
+                        "type": "kafka",
+                        "topic": "orders-out",
+                        "config": {"bootstrap.servers": broker.bootstrap, "linger.ms": "20"},
+                    }
+                ],
+                "checkpoint": os.path.join(work, "cp"),
+            }
+        )
+        t0 = time.perf_counter()
+        runs = Pipeline(spec, spark).run(once=True, handle_signals=False)
+        elapsed = time.perf_counter() - t0
+        assert runs["bus"].state == "finished", runs
+        with Database(dsn) as db:
+            left = db.fetchone("SELECT count(*) FROM outbox")
+        return {
+            "outbox_to_kafka_rps": rows / elapsed,
+            "outbox_s": elapsed,
+            "outbox_left": float(left[0] if left else -1),
+        }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=2_000_000)
+    ap.add_argument("--outbox", type=int, default=100_000)
+    args = ap.parse_args()
+
+    from sluiceway.pipeline import build_session, register_sources
+
+    spark = build_session("local[2]", app_name="bench-pipeline")
+    register_sources(spark)
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-") as work:
+        read = bench_read(spark, args.records, work)
+        print(f"read: {read}", file=sys.stderr)
+        out = bench_outbox(spark, args.outbox, work)
+    ratio = read["journal_rps"] / read["parquet_rps"]
+    report(
+        f"pipeline: {args.records:,} records into noop (local[2]); outbox {args.outbox:,} rows → Kafka",
+        [
+            (
+                "Parquet reader (baseline), records/s",
+                f"{read['parquet_rps']:,.0f}  ({read['parquet_s']:.2f}s)",
+            ),
+            ("sluice-journal source, records/s", f"{read['journal_rps']:,.0f}  ({read['journal_s']:.2f}s)"),
+            ("journal / parquet", f"{ratio:.2f}  (target ≥ 0.60)"),
+            ("journal source partitions", f"{read['journal_partitions']:.0f}"),
+            (
+                "outbox → Kafka pipeline, records/s",
+                f"{out['outbox_to_kafka_rps']:,.0f}  ({out['outbox_s']:.1f}s)",
+            ),
+            ("outbox rows left after --once", f"{out['outbox_left']:.0f}"),
+        ],
+        {
+            "bench": "pipeline",
+            "journal_rps": round(read["journal_rps"]),
+            "parquet_rps": round(read["parquet_rps"]),
+            "ratio": round(ratio, 3),
+            "outbox_to_kafka_rps": round(out["outbox_to_kafka_rps"]),
+        },
+    )
+    spark.stop()  # type: ignore[attr-defined]
+
+
+if __name__ == "__main__":
+    main()

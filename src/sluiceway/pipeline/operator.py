@@ -1,0 +1,200 @@
+"""Operator tools without Spark: status (offsets, lag, last error), inspect, skip.
+
+``status`` reads each sink's Spark checkpoint (``offsets/`` and ``commits/``: the per-writer
+offset log) and its sluiceway state file; ``inspect`` reads the source directly; ``skip`` marks
+a record done for one sink without writing it. ``step`` needs Spark and lives on
+:class:`~sluiceway.pipeline.runner.Pipeline`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from sluiceway.pipeline.errors import SourceError
+from sluiceway.pipeline.record import RECORD_SCHEMA
+from sluiceway.pipeline.spec import PipelineSpec
+from sluiceway.pipeline.state import StateStore
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    committed_batch: int | None
+    committed: dict[str, Any] | None
+    planned_batch: int | None
+    planned: dict[str, Any] | None
+
+
+def _numbered(path: Path) -> list[int]:
+    try:
+        return sorted(int(p.name) for p in path.iterdir() if p.name.isdigit())
+    except FileNotFoundError:
+        return []
+
+
+def _offset_of(path: Path) -> dict[str, Any] | None:
+    """The source offset in one ``offsets/<n>`` file: ``v1``, metadata, then one line per source."""
+    try:
+        lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+    except FileNotFoundError:
+        return None
+    if len(lines) < 3 or lines[-1] == "-":
+        return None
+    value = json.loads(lines[-1])
+    return value if isinstance(value, dict) else None
+
+
+def read_checkpoint(directory: str | os.PathLike[str]) -> Checkpoint:
+    d = Path(directory)
+    commits = _numbered(d / "commits")
+    offsets = _numbered(d / "offsets")
+    cb = commits[-1] if commits else None
+    pb = offsets[-1] if offsets else None
+    return Checkpoint(
+        cb,
+        _offset_of(d / "offsets" / str(cb)) if cb is not None else None,
+        pb,
+        _offset_of(d / "offsets" / str(pb)) if pb is not None else None,
+    )
+
+
+@dataclass
+class SinkStatus:
+    sink: str
+    state: str
+    committed_batch: int | None
+    position: Any
+    lag: int | None
+    last_offset: int | None
+    records: int
+    dead_lettered: int
+    error: dict[str, Any] | None
+    skipped: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _lag(spec: PipelineSpec, committed: dict[str, Any] | None) -> tuple[Any, int | None]:
+    src = spec.source
+    if src.type == "journal":
+        from sluiceway.pipeline.sources.journal import journal_head
+
+        pos = int(committed["offset"]) if committed else 0
+        return pos, max(0, journal_head(src.path) - pos)
+    if src.type == "kafka":
+        from sluiceway.pipeline.sources.kafka import _Admin, kafka_config
+
+        admin = _Admin(kafka_config({f"kafka.{k}": v for k, v in src.config.items()}), src.topics)
+        try:
+            high = admin.watermarks(low=False)
+        finally:
+            admin.close()
+        parts = {k: int(v) for k, v in (committed or {}).items()}
+        return parts, sum(max(0, h - parts.get(k, 0)) for k, h in high.items())
+    from sluiceway.pipeline.sources.outbox import OutboxState
+
+    state = OutboxState(src.dsn, src.table)
+    try:
+        rows, _claimed = state.backlog()
+    finally:
+        state.close()
+    return (int(committed["batch"]) if committed else 0), rows
+
+
+def status(spec: PipelineSpec) -> list[SinkStatus]:
+    """Per sink: committed batch and source position, lag, records written, last error."""
+    out = []
+    for sink in spec.sinks:
+        cp = read_checkpoint(spec.checkpoint_dir(sink.name))
+        st = StateStore(spec.checkpoint_dir(sink.name)).load()
+        try:
+            position, lag = _lag(spec, cp.committed)
+        except Exception as exc:  # status must still show what it can when the source is down
+            position, lag = cp.committed, None
+            st.error = st.error or {"message": f"source unavailable: {exc}", "offset": None}
+        if st.error:
+            state = "failed"
+        elif cp.committed_batch is None and cp.planned_batch is None:
+            state = "new"
+        elif cp.planned_batch != cp.committed_batch:
+            state = "in-flight"
+        else:
+            state = "ok"
+        out.append(
+            SinkStatus(
+                sink.name,
+                state,
+                cp.committed_batch,
+                position,
+                lag,
+                st.last_offset,
+                st.records,
+                st.dead_lettered,
+                st.error,
+                sorted(st.skip),
+            )
+        )
+    return out
+
+
+def skip(spec: PipelineSpec, sink: str, offset: int) -> None:
+    """Mark the record at ``offset`` done for ``sink`` without writing it (takes effect when the
+    sink next reaches it; a sink stopped on it resumes after it)."""
+    spec.sink(sink)  # names the sink or raises SpecError
+    if offset < 0:
+        raise ValueError("offset must be >= 0")
+    with StateStore(spec.checkpoint_dir(sink)).update() as st:
+        if offset not in st.skip:
+            st.skip.append(offset)
+
+
+def inspect(spec: PipelineSpec, start: int, end: int, *, limit: int = 1000) -> pa.Table:
+    """The source's records with ``start <= offset < end`` (for Kafka: in every partition)."""
+    src = spec.source
+    if end <= start:
+        return pa.Table.from_batches([], schema=RECORD_SCHEMA)
+    if src.type == "journal":
+        from sluiceway.journal import Journal, JournalNotFoundError
+        from sluiceway.pipeline.record import with_delete_ops
+
+        try:
+            with Journal.open(src.path, read_only=True) as journal:
+                batches = [with_delete_ops(b) for b in journal.read_arrow(start, min(end, start + limit))]
+        except JournalNotFoundError as exc:
+            raise SourceError(f"no journal at {src.path}") from exc
+        return pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
+    if src.type == "kafka":
+        from sluiceway.pipeline.sources.kafka import (
+            KafkaPartition,
+            _Admin,
+            kafka_config,
+            read_partition,
+            split_key,
+        )
+
+        conf = kafka_config({f"kafka.{k}": v for k, v in src.config.items()})
+        admin = _Admin(conf, src.topics)
+        try:
+            low, high = admin.watermarks(low=True), admin.watermarks(low=False)
+        finally:
+            admin.close()
+        batches = []
+        for key in sorted(high):
+            lo, hi = max(start, low[key]), min(end, high[key], start + limit)
+            if hi > lo:
+                topic, p = split_key(key)
+                batches.extend(read_partition(conf, KafkaPartition(topic, p, lo, hi), 10.0))
+        return pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
+    from sluiceway.pipeline.sources.outbox import OutboxState
+
+    state = OutboxState(src.dsn, src.table)
+    try:
+        return state.peek(start, end, limit)
+    finally:
+        state.close()

@@ -1,0 +1,143 @@
+"""The one record shape every source yields and every sink takes, as Arrow, Spark and Python.
+
+``offset, namespace, op, key, value, headers, timestamp``: ``offset`` is the source's position
+of the record (journal offset, Kafka partition offset, outbox row id); ``namespace`` the topic,
+table or collection; ``op`` ``insert``/``update``/``delete``/…; ``value`` bytes (``None`` is a
+tombstone, whose op is ``delete``); ``headers`` a list of ``(key, value)`` string pairs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sluiceway.journal.record import ARROW_SCHEMA as _JOURNAL_SCHEMA
+
+#: The Arrow schema of a record batch (identical to the journal's bulk-read schema).
+RECORD_SCHEMA: pa.Schema = _JOURNAL_SCHEMA
+
+#: The same schema as Spark DDL (what the data sources declare).
+RECORD_DDL = (
+    "offset BIGINT, namespace STRING, op STRING, key STRING, value BINARY, "
+    "headers ARRAY<STRUCT<key: STRING, value: STRING>>, timestamp TIMESTAMP"
+)
+
+RECORD_COLUMNS: tuple[str, ...] = tuple(RECORD_SCHEMA.names)
+
+_DELETE = pa.scalar("delete", pa.string())
+
+
+@dataclasses.dataclass(slots=True)
+class Record:
+    """One record, as per-record Python transforms see it.
+
+    >>> r = Record(offset=7, namespace="orders", key="o-1", value=b"{}")
+    >>> r.replace(op="update").op
+    'update'
+
+    ``extra`` holds any columns beyond the common shape (added by a SQL transform, say).
+    """
+
+    offset: int = 0
+    namespace: str = ""
+    op: str = "insert"
+    key: str = ""
+    value: bytes | None = None
+    headers: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    timestamp: datetime | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def replace(self, **changes: Any) -> Record:
+        return dataclasses.replace(self, **changes)
+
+    def header(self, name: str, default: str | None = None) -> str | None:
+        for k, v in self.headers:
+            if k == name:
+                return v
+        return default
+
+    def as_row(self) -> dict[str, Any]:
+        row: dict[str, Any] = {
+            "offset": self.offset,
+            "namespace": self.namespace,
+            "op": self.op,
+            "key": self.key,
+            "value": self.value,
+            "headers": [{"key": k, "value": v} for k, v in self.headers],
+            "timestamp": self.timestamp,
+        }
+        row.update(self.extra)
+        return row
+
+
+def record_from_row(row: Mapping[str, Any]) -> Record:
+    """A :class:`Record` from a ``to_pylist`` row (headers as ``{key, value}`` structs)."""
+    headers = row.get("headers") or []
+    extra = {k: v for k, v in row.items() if k not in RECORD_COLUMNS}
+    return Record(
+        offset=int(row.get("offset") or 0),
+        namespace=row.get("namespace") or "",
+        op=row.get("op") or ("delete" if row.get("value") is None else "insert"),
+        key=row.get("key") or "",
+        value=row.get("value"),
+        headers=[(h["key"], h["value"]) for h in headers] if headers else [],
+        timestamp=row.get("timestamp"),
+        extra=extra,
+    )
+
+
+def coerce_record(obj: Any, *, where: str = "transform") -> Record:
+    """Accept what a transform may return for one record: a :class:`Record` or a mapping."""
+    if isinstance(obj, Record):
+        return obj
+    if isinstance(obj, Mapping):
+        data = dict(obj)
+        headers = data.get("headers") or []
+        data["headers"] = [
+            {"key": h[0], "value": h[1]} if isinstance(h, tuple | list) else dict(h) for h in headers
+        ]
+        value = data.get("value")
+        if isinstance(value, str):
+            data["value"] = value.encode()
+        return record_from_row(data)
+    raise TypeError(f"{where} must return a Record, a dict, a list of them or None; got {type(obj).__name__}")
+
+
+def records_to_arrow(records: Sequence[Record], schema: pa.Schema = RECORD_SCHEMA) -> pa.RecordBatch:
+    """Build a record batch in ``schema`` (extra columns come from each record's ``extra``)."""
+    rows = [r.as_row() for r in records]
+    for row in rows:
+        ts = row.get("timestamp")
+        if isinstance(ts, datetime) and ts.tzinfo is None:
+            row["timestamp"] = ts.replace(tzinfo=UTC)
+    return pa.RecordBatch.from_pylist(rows, schema=schema)
+
+
+def records_from_arrow(batch: pa.RecordBatch | pa.Table) -> list[Record]:
+    return [record_from_row(row) for row in batch.to_pylist()]
+
+
+def with_delete_ops(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Tombstones (null value) get ``op = 'delete'`` — vectorised, and free when there are none."""
+    value = batch.column("value")
+    if value.null_count == 0:
+        return batch
+    i = batch.schema.get_field_index("op")
+    op = pc.if_else(pc.is_null(value), _DELETE, batch.column(i))
+    return batch.set_column(i, batch.schema.field(i), op)
+
+
+def empty_batch(schema: pa.Schema = RECORD_SCHEMA) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([], schema=schema)
+
+
+def header_pairs(value: Iterable[Any] | None) -> list[tuple[str, str]]:
+    """Headers from an Arrow/pylist value (``[{key, value}]``) as ``(key, value)`` pairs."""
+    if not value:
+        return []
+    return [(str(h["key"]), "" if h["value"] is None else str(h["value"])) for h in value]

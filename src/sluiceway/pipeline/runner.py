@@ -1,0 +1,321 @@
+"""Running a pipeline on Spark Structured Streaming: one query per sink, each with its own checkpoint.
+
+Every sink reads the source independently (``<checkpoint>/<sink>`` is its offset log), through
+the pipeline's namespace filter and transforms and its own namespace filter, into a
+``foreachBatch`` :class:`~sluiceway.pipeline.sinks.handler.BatchHandler`. So a slow or failing
+sink never holds the others back: its query stops (at the last good offset) and theirs go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from sluiceway.pipeline.errors import PipelineError, SinkFailed, StepPaused
+from sluiceway.pipeline.sinks.handler import STOPPING, BatchHandler, Stopping
+from sluiceway.pipeline.spec import PipelineSpec
+from sluiceway.pipeline.state import StateStore
+from sluiceway.pipeline.transforms import apply_transforms
+
+log = logging.getLogger("sluiceway.pipeline")
+
+#: How long a stop waits for in-flight batches before it interrupts them.
+STOP_GRACE = 25.0
+
+
+def register_sources(spark: Any) -> None:
+    """Register ``sluice-journal``, ``sluice-kafka`` and ``sluice-outbox`` with a session.
+
+    >>> register_sources(spark)                                            # doctest: +SKIP
+    >>> spark.readStream.format("sluice-journal").option("path", "./data/journal").load()
+    """
+    from sluiceway.pipeline.sources.journal import JournalDataSource
+    from sluiceway.pipeline.sources.kafka import KafkaDataSource
+    from sluiceway.pipeline.sources.outbox import OutboxDataSource
+
+    for cls in (JournalDataSource, KafkaDataSource, OutboxDataSource):
+        spark.dataSource.register(cls)
+
+
+def source_format(
+    spec: PipelineSpec, sink: str, *, max_records: int | None = None
+) -> tuple[str, dict[str, str]]:
+    """The data source name and options that read the pipeline's source for one sink."""
+    src = spec.source
+    opts: dict[str, str] = {}
+    limit = max_records or src.max_records_per_batch
+    if limit:
+        opts["maxRecordsPerBatch"] = str(limit)
+    if src.type == "journal":
+        opts.update(path=src.path, startingOffset=str(src.starting_offset), consumer=f"{spec.name}.{sink}")
+        fmt = "sluice-journal"
+    elif src.type == "kafka":
+        opts.update(topic=",".join(src.topics), startingOffsets=src.starting_offsets)
+        opts.update({f"kafka.{k}": v for k, v in src.config.items()})
+        fmt = "sluice-kafka"
+    else:
+        opts.update(
+            dsn=src.dsn, table=src.table, numPartitions=str(src.partitions), leaseTtl=str(src.lease_ttl)
+        )
+        fmt = "sluice-outbox"
+    opts.update(src.options)
+    return fmt, opts
+
+
+def build_stream(spark: Any, spec: PipelineSpec, sink: str, *, max_records: int | None = None) -> Any:
+    """The streaming DataFrame one sink consumes: source → namespace filter → transforms → sink filter."""
+    from pyspark.sql import functions as F
+
+    fmt, opts = source_format(spec, sink, max_records=max_records)
+    df = spark.readStream.format(fmt).options(**opts).load()
+    if spec.namespace != ".*":
+        df = df.filter(F.col("namespace").rlike(spec.namespace))
+    df = apply_transforms(
+        spark, df, list(spec.transforms), view_prefix=f"sluice_{spec.name}_{sink}".replace("-", "_")
+    )
+    sink_spec = spec.sink(sink)
+    if sink_spec.namespace != ".*":
+        df = df.filter(F.col("namespace").rlike(sink_spec.namespace))
+    return df
+
+
+@dataclass
+class SinkRun:
+    """How one sink's query ended (or that it is still running)."""
+
+    sink: str
+    state: str  # running | finished | failed | stopped | paused
+    error: str | None = None
+    offset: int | None = None
+
+
+class Pipeline:
+    """A pipeline spec bound to a SparkSession.
+
+    >>> spec = PipelineSpec.from_yaml("orders.yaml")                       # doctest: +SKIP
+    >>> Pipeline(spec, spark).run(once=True)                               # process what is there
+    >>> Pipeline(spec, spark).status()                                     # per-sink offsets and lag
+    """
+
+    def __init__(self, spec: PipelineSpec, spark: Any = None, *, master: str = "local[*]") -> None:
+        self.spec = spec
+        if spark is None:
+            from sluiceway.pipeline.session import build_session
+
+            spark = build_session(master, app_name=f"sluice-{spec.name}", conf=dict(spec.spark))
+        self.spark = spark
+        register_sources(spark)
+        self.queries: dict[str, Any] = {}
+        self.handlers: dict[str, BatchHandler] = {}
+        self._stop = threading.Event()
+        self._reported: set[str] = set()
+
+    @classmethod
+    def from_yaml(cls, path: str, spark: Any = None, *, master: str = "local[*]") -> Pipeline:
+        return cls(PipelineSpec.from_yaml(path), spark, master=master)
+
+    # -- starting --------------------------------------------------------------------------------
+    def start_sink(self, sink: str, *, once: bool = False, max_records: int | None = None) -> Any:
+        spec = self.spec
+        sink_spec = spec.sink(sink)
+        checkpoint = str(spec.checkpoint_dir(sink))
+        handler = BatchHandler(spec.name, sink_spec, checkpoint)
+        df = build_stream(self.spark, spec, sink, max_records=max_records)
+        writer = (
+            df.writeStream.foreachBatch(handler)
+            .queryName(f"{spec.name}.{sink}")
+            .option("checkpointLocation", checkpoint)
+        )
+        if once:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{int(spec.trigger.interval * 1000)} milliseconds")
+        query = writer.start()
+        self.queries[sink] = query
+        self.handlers[sink] = handler
+        log.info("pipeline %s: sink %s started (%s)", spec.name, sink, "once" if once else "continuous")
+        return query
+
+    def start(self, *, once: bool = False, sinks: list[str] | None = None) -> dict[str, Any]:
+        STOPPING.clear()
+        for s in sinks or [s.name for s in self.spec.sinks]:
+            self.start_sink(s, once=once)
+        return dict(self.queries)
+
+    # -- waiting and stopping --------------------------------------------------------------------
+    def outcome(self, sink: str) -> SinkRun:
+        query = self.queries[sink]
+        if query.isActive:
+            return SinkRun(sink, "running")
+        exc = query.exception()
+        if exc is None:
+            return SinkRun(sink, "finished")
+        text = str(exc)
+        if Stopping.MARKER in text:
+            return SinkRun(sink, "stopped")
+        if StepPaused.MARKER in text:
+            return SinkRun(sink, "paused")
+        err = StateStore(self.spec.checkpoint_dir(sink)).load().error
+        if err and "SinkFailed" in text:
+            return SinkRun(sink, "failed", err["message"], err.get("offset"))
+        return SinkRun(sink, "failed", _first_line(text))
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def stop(self, timeout: float = STOP_GRACE) -> None:
+        """Stop every query, letting in-flight batches finish for up to ``timeout`` seconds."""
+        STOPPING.set()
+        deadline = time.monotonic() + timeout
+        for query in self.queries.values():
+            while query.isActive and _trigger_active(query) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if query.isActive:
+                query.stop()
+        for handler in self.handlers.values():
+            handler.close()
+
+    def wait(self, timeout: float | None = None) -> dict[str, SinkRun]:
+        """Block until every query has ended (or a stop was requested, or ``timeout``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._stop.is_set():
+            if not any(q.isActive for q in self.queries.values()):
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            self._stop.wait(0.2)
+            self._report_failures()
+        if self._stop.is_set():
+            self.stop()
+        return {s: self.outcome(s) for s in self.queries}
+
+    def _report_failures(self) -> None:
+        for sink in self.queries:
+            if sink in self._reported:
+                continue
+            run = self.outcome(sink)
+            if run.state == "failed":
+                self._reported.add(sink)
+                at = f" at offset {run.offset}" if run.offset is not None else ""
+                log.error("pipeline %s: sink %s stopped%s: %s", self.spec.name, sink, at, run.error)
+
+    def run(
+        self, *, once: bool = False, handle_signals: bool = True, timeout: float | None = None
+    ) -> dict[str, SinkRun]:
+        """Start every sink and wait. SIGTERM/SIGINT stop cleanly (in-flight batches finish)."""
+        with _signals(self.request_stop, enabled=handle_signals):
+            self.start(once=once)
+            try:
+                runs = self.wait(timeout)
+            finally:
+                if any(q.isActive for q in self.queries.values()):
+                    self.stop()
+                for handler in self.handlers.values():
+                    handler.close()
+        for sink, outcome in runs.items():
+            if outcome.state in ("finished", "stopped"):
+                self._commit_source(sink)
+        return runs
+
+    def _commit_source(self, sink: str) -> None:
+        """Tell a destructive source (the outbox) that the sink's last committed batch is done.
+
+        Spark commits a batch to its source only when it plans the next one, so a run that ends
+        (``--once``, a stop) would leave the last batch's rows claimed until the next run. The
+        checkpoint's commit log says the batch is done; purging it now is what Spark would do.
+        """
+        if self.spec.source.type != "outbox":
+            return
+        from sluiceway.pipeline.operator import read_checkpoint
+        from sluiceway.pipeline.sources.outbox import OutboxState
+
+        cp = read_checkpoint(self.spec.checkpoint_dir(sink))
+        if cp.committed is None or "batch" not in cp.committed:
+            return
+        state = OutboxState(self.spec.source.dsn, self.spec.source.table)
+        try:
+            state.commit(int(cp.committed["batch"]))
+        finally:
+            state.close()
+
+    # -- operator tools --------------------------------------------------------------------------
+    def step(self, sink: str) -> dict[str, Any]:
+        """Process exactly one record for ``sink`` (then stop). Returns what happened."""
+        store = StateStore(self.spec.checkpoint_dir(sink))
+        with store.update() as st:
+            st.step = 1
+            before = st.records
+        query = self.start_sink(sink, once=True, max_records=1)
+        try:
+            _await(query)
+            run = self.outcome(sink)
+        finally:
+            self.handlers[sink].close()
+            with store.update() as st:
+                st.step = None
+                state = st
+        if run.state == "failed":
+            raise SinkFailed(sink, run.offset, run.error or "failed")
+        written = state.records - before
+        return {"sink": sink, "written": written, "offset": state.last_offset if written else None}
+
+    def skip(self, sink: str, offset: int) -> None:
+        from sluiceway.pipeline.operator import skip
+
+        skip(self.spec, sink, offset)
+
+    def status(self) -> list[Any]:
+        from sluiceway.pipeline.operator import status
+
+        return status(self.spec)
+
+
+def _await(query: Any) -> None:
+    try:
+        query.awaitTermination()
+    except Exception as exc:  # the outcome is read from the query and the state file
+        if StepPaused.MARKER not in str(exc) and "SinkFailed" not in str(exc):
+            raise PipelineError(f"query {query.name} failed: {_first_line(str(exc))}") from None
+
+
+def _trigger_active(query: Any) -> bool:
+    try:
+        return bool(query.status.get("isTriggerActive"))
+    except Exception:  # the query ended between the two calls
+        return False
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        line = line.strip()
+        if "SinkFailed:" in line:
+            return line.split("SinkFailed:", 1)[1].strip()
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()[:500]
+    return text[:500]
+
+
+@contextmanager
+def _signals(callback: Any, *, enabled: bool) -> Iterator[None]:
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: stopping (in-flight batches finish first)", signum)
+        callback()
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

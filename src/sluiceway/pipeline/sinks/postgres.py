@@ -1,0 +1,142 @@
+"""Postgres sink: upsert by key — the table holds the latest record of every key.
+
+Each write is one transaction: the batch's records reduced to the last one per key (in order,
+so the newest wins), ``INSERT … ON CONFLICT (key) DO UPDATE`` for those, ``DELETE`` for keys
+whose last record is a delete (``op = 'delete'``), and the write's token stored in
+``sluice_sink_progress`` — a replay of a write already committed is skipped, so the sink is
+exactly-once per batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from sluiceway.db import Dialect, quote_identifier
+from sluiceway.db.identifiers import check_identifier
+
+PROGRESS_TABLE = "sluice_sink_progress"
+
+
+def q(name: str) -> str:
+    return quote_identifier(name, Dialect.POSTGRES, what="column")
+
+
+def pg_type(t: pa.DataType) -> str:
+    if pa.types.is_int64(t):
+        return "BIGINT"
+    if pa.types.is_integer(t):
+        return "INTEGER"
+    if pa.types.is_floating(t):
+        return "DOUBLE PRECISION"
+    if pa.types.is_boolean(t):
+        return "BOOLEAN"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "BYTEA"
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMPTZ"
+    if pa.types.is_date(t):
+        return "DATE"
+    if pa.types.is_nested(t):
+        return "JSONB"
+    return "TEXT"
+
+
+def last_per_key(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """The last row of each key, in the order each key was last seen."""
+    latest: dict[Any, dict[str, Any]] = {}
+    for row in rows:
+        k = row.get(key)
+        latest.pop(k, None)  # re-insert so dict order follows the last occurrence
+        latest[k] = row
+    return list(latest.values())
+
+
+class PostgresSink:
+    def __init__(self, dsn: str, table: str, key: str, sink: str, *, create: bool = True) -> None:
+        self.dsn = dsn
+        self.table = check_identifier(table)
+        self.key = check_identifier(key, what="column")
+        self.sink = sink
+        self.create = create
+        self._conn: Any = None
+        self._columns: list[str] | None = None
+
+    def _connect(self, schema: pa.Schema) -> Any:
+        import psycopg
+
+        from sluiceway.db.dsn import parse_dsn
+
+        if self._conn is None:
+            self._conn = psycopg.connect(parse_dsn(self.dsn).target, autocommit=True)
+            self._conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {PROGRESS_TABLE} (sink TEXT PRIMARY KEY, token TEXT NOT NULL)"
+            )
+            if self.create:
+                cols = ", ".join(
+                    f"{q(f.name)} {pg_type(f.type)}" + (" PRIMARY KEY" if f.name == self.key else "")
+                    for f in schema
+                )
+                self._conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS {quote_identifier(self.table, Dialect.POSTGRES)} ({cols})"
+                )
+            schema_name, _, name = self.table.rpartition(".")
+            rows = self._conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+                "AND table_schema = COALESCE(%s, current_schema())",
+                (name, schema_name or None),
+            ).fetchall()
+            existing = {r[0] for r in rows}
+            if self.key not in existing:
+                raise ValueError(f"table {self.table!r} has no column {self.key!r} to upsert on")
+            self._columns = [f.name for f in schema if f.name in existing]
+        return self._conn
+
+    def write(self, table: pa.Table, token: str) -> None:
+        from psycopg.types.json import Jsonb
+
+        try:
+            conn = self._connect(table.schema)
+            assert self._columns is not None
+            cols = self._columns
+            target = quote_identifier(self.table, Dialect.POSTGRES)
+            rows = last_per_key(
+                table.select(cols + (["op"] if "op" not in cols else [])).to_pylist(), self.key
+            )
+            upserts = [r for r in rows if r.get("op") != "delete"]
+            deletes = [r[self.key] for r in rows if r.get("op") == "delete"]
+            updates = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in cols if c != self.key)
+            names, marks = ", ".join(q(c) for c in cols), ", ".join(["%s"] * len(cols))
+            insert = f"INSERT INTO {target} ({names}) VALUES ({marks}) ON CONFLICT ({q(self.key)}) DO " + (
+                f"UPDATE SET {updates}" if updates else "NOTHING"
+            )
+            nested = {f.name for f in table.schema if pa.types.is_nested(f.type)}
+            params = [
+                tuple(Jsonb(r[c]) if c in nested and r[c] is not None else r[c] for c in cols)
+                for r in upserts
+            ]
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute(f"SELECT token FROM {PROGRESS_TABLE} WHERE sink = %s FOR UPDATE", (self.sink,))
+                done = cur.fetchone()
+                if done is not None and done[0] == token:
+                    return  # this exact write already committed: a replay
+                if params:
+                    cur.executemany(insert, params)
+                if deletes:
+                    cur.execute(f"DELETE FROM {target} WHERE {q(self.key)} = ANY(%s)", (deletes,))
+                cur.execute(
+                    f"INSERT INTO {PROGRESS_TABLE} (sink, token) VALUES (%s, %s) "
+                    "ON CONFLICT (sink) DO UPDATE SET token = EXCLUDED.token",
+                    (self.sink, token),
+                )
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None

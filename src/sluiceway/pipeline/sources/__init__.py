@@ -1,0 +1,1 @@
+"""sluiceway's PySpark Python data sources: ``sluice-journal``, ``sluice-kafka``, ``sluice-outbox``."""

@@ -1,0 +1,84 @@
+"""What every sluiceway data source shares: option parsing, the record schema, read limits.
+
+The ``DataSource`` classes only parse options; partitions and commit messages are small
+picklable dataclasses; clients are created inside ``read``/``write`` on the executor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sluiceway.pipeline.offsets import parse_max_records
+
+
+def spark_record_schema() -> Any:
+    """The record shape as a Spark ``StructType`` (built without a JVM)."""
+    from pyspark.sql import types as T
+
+    header = T.StructType([T.StructField("key", T.StringType()), T.StructField("value", T.StringType())])
+    return T.StructType(
+        [
+            T.StructField("offset", T.LongType()),
+            T.StructField("namespace", T.StringType()),
+            T.StructField("op", T.StringType()),
+            T.StructField("key", T.StringType()),
+            T.StructField("value", T.BinaryType()),
+            T.StructField("headers", T.ArrayType(header)),
+            T.StructField("timestamp", T.TimestampType()),
+        ]
+    )
+
+
+def option(options: Mapping[str, Any], name: str, default: str | None = None) -> str | None:
+    """Options arrive case-insensitive from Spark, but a plain dict in unit tests."""
+    if name in options:
+        return str(options[name])
+    lowered = name.lower()
+    for k, v in options.items():
+        if k.lower() == lowered:
+            return str(v)
+    return default
+
+
+def required(options: Mapping[str, Any], name: str, source: str) -> str:
+    value = option(options, name)
+    if value is None or value == "":
+        raise ValueError(f"{source}: option {name!r} is required")
+    return value
+
+
+def int_option(options: Mapping[str, Any], name: str, default: int, *, minimum: int = 0) -> int:
+    raw = option(options, name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"option {name!r} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ValueError(f"option {name!r} must be >= {minimum}, got {raw!r}")
+    return value
+
+
+def float_option(options: Mapping[str, Any], name: str, default: float) -> float:
+    raw = option(options, name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"option {name!r} must be a number, got {raw!r}") from None
+
+
+def max_records(options: Mapping[str, Any]) -> int:
+    return parse_max_records(option(options, "maxRecordsPerBatch"))
+
+
+def limit_rows(limit: Any) -> int | None:
+    """Rows allowed by a Spark ``ReadLimit`` (``None``: all available)."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    if isinstance(limit, ReadMaxRows):
+        return int(limit.max_rows)
+    return None

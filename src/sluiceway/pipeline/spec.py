@@ -1,0 +1,427 @@
+"""The pipeline spec: YAML (``pipeline:`` at the top) or Python, validated into frozen models.
+
+>>> spec = (PipelineSpec.builder("orders")
+...         .source("journal", path="./data/journal")
+...         .namespace(r"^orders\\.")
+...         .transform(sql="SELECT * FROM input WHERE op <> 'delete'")
+...         .sink("lake", "parquet", path="./data/lake")
+...         .checkpoint("./data/checkpoints")
+...         .build())
+>>> spec.sinks[0].name
+'lake'
+
+An invalid spec raises :class:`~sluiceway.pipeline.errors.SpecError` naming the field
+(``pipeline.sinks[1].table: required but missing``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from sluiceway.config.loader import interpolate, load_yaml, parse_duration
+from sluiceway.errors import ConfigError
+from sluiceway.pipeline.errors import SpecError
+
+_SINK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
+_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def _regex(value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression: {exc}") from None
+    return value
+
+
+def _duration(value: Any) -> float:
+    try:
+        return parse_duration(value)
+    except ConfigError as exc:
+        raise ValueError(exc.problem) from None
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Duration = Annotated[float, Field(ge=0)]
+
+
+class RetrySpec(_Model):
+    """How a sink retries: a failing batch ``attempts`` times with exponential backoff, then
+    record by record, each record ``record_attempts`` times."""
+
+    attempts: int = Field(3, ge=1)
+    backoff: Duration = 0.5
+    max_backoff: Duration = 10.0
+    record_attempts: int = Field(2, ge=1)
+
+    _d = field_validator("backoff", "max_backoff", mode="before")(_duration)
+
+
+# --- sources --------------------------------------------------------------------------------------
+class _Source(_Model):
+    max_records_per_batch: int | None = Field(None, ge=1)
+    #: Extra options passed to the Spark data source as they are.
+    options: dict[str, str] = Field(default_factory=dict)
+
+
+class JournalSourceSpec(_Source):
+    type: Literal["journal"]
+    path: str
+    starting_offset: Literal["earliest", "latest"] | int = "earliest"
+
+
+class KafkaSourceSpec(_Source):
+    type: Literal["kafka"]
+    topic: str | list[str]
+    config: dict[str, str] = Field(default_factory=dict)
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+
+    @field_validator("config")
+    @classmethod
+    def _bootstrap(cls, value: dict[str, str]) -> dict[str, str]:
+        if "bootstrap.servers" not in value:
+            raise ValueError("needs 'bootstrap.servers'")
+        return value
+
+    @property
+    def topics(self) -> list[str]:
+        return [self.topic] if isinstance(self.topic, str) else list(self.topic)
+
+
+class OutboxSourceSpec(_Source):
+    type: Literal["outbox"]
+    dsn: str
+    table: str = "outbox"
+    partitions: int = Field(1, ge=1, le=256)
+    lease_ttl: Duration = 10.0
+
+    _d = field_validator("lease_ttl", mode="before")(_duration)
+
+    @field_validator("table")
+    @classmethod
+    def _table(cls, value: str) -> str:
+        from sluiceway.db.identifiers import check_identifier
+
+        try:
+            return check_identifier(value)
+        except ConfigError as exc:
+            raise ValueError(exc.problem) from None
+
+
+SourceSpec = Annotated[JournalSourceSpec | KafkaSourceSpec | OutboxSourceSpec, Field(discriminator="type")]
+
+
+# --- transforms -----------------------------------------------------------------------------------
+class TransformSpec(_Model):
+    """Exactly one of ``python`` (record → record | None | list), ``pandas``/``arrow`` (a batch
+    function, ``module:function``) or ``sql`` (a query over the view ``input``). ``schema``: the
+    output schema (Spark DDL) of a python/pandas/arrow function that changes the columns."""
+
+    python: str | None = None
+    pandas: str | None = None
+    arrow: str | None = None
+    sql: str | None = None
+    schema_: str | None = Field(None, alias="schema")
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _one(self) -> Self:
+        given = [k for k in ("python", "pandas", "arrow", "sql") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError("give exactly one of python, pandas, arrow or sql")
+        kind = given[0]
+        if kind != "sql" and not _REF.match(getattr(self, kind)):
+            raise ValueError(f"{kind}: expected 'module:function', got {getattr(self, kind)!r}")
+        if kind == "sql" and self.schema_:
+            raise ValueError("schema: not used with sql (the query decides its columns)")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in ("python", "pandas", "arrow", "sql") if getattr(self, k))
+
+    @property
+    def ref(self) -> str:
+        return str(getattr(self, self.kind))
+
+
+# --- sinks ----------------------------------------------------------------------------------------
+class _Sink(_Model):
+    name: str = ""
+    namespace: str = ".*"
+    retry: RetrySpec = Field(default_factory=lambda: RetrySpec.model_validate({}))
+    dead_letter: SinkSpec | None = None
+
+    _ns = field_validator("namespace")(_regex)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if value and not _SINK_NAME.match(value):
+            raise ValueError("use letters, digits, '_' and '-' (at most 63), starting with a letter or digit")
+        return value
+
+    @field_validator("dead_letter")
+    @classmethod
+    def _flat(cls, value: SinkSpec | None) -> SinkSpec | None:
+        if value is not None and value.dead_letter is not None:
+            raise ValueError("a dead-letter sink cannot have its own dead_letter")
+        return value
+
+
+class JournalSinkSpec(_Sink):
+    type: Literal["journal"]
+    path: str
+
+
+class KafkaSinkSpec(_Sink):
+    type: Literal["kafka"]
+    #: Topic for every record; when empty each record goes to the topic named by its namespace.
+    topic: str | None = None
+    config: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("config")
+    @classmethod
+    def _bootstrap(cls, value: dict[str, str]) -> dict[str, str]:
+        if "bootstrap.servers" not in value:
+            raise ValueError("needs 'bootstrap.servers'")
+        return value
+
+
+class PostgresSinkSpec(_Sink):
+    type: Literal["postgres"]
+    dsn: str
+    table: str
+    #: The column the upsert is keyed on.
+    key: str = "key"
+    #: Create the table when it is missing (columns from the record shape).
+    create: bool = True
+
+    @field_validator("table", "key")
+    @classmethod
+    def _ident(cls, value: str) -> str:
+        from sluiceway.db.identifiers import check_identifier
+
+        try:
+            return check_identifier(value, what="identifier")
+        except ConfigError as exc:
+            raise ValueError(exc.problem) from None
+
+
+class FilesSinkSpec(_Sink):
+    type: Literal["parquet", "json", "csv"]
+    path: str
+
+
+class ConsoleSinkSpec(_Sink):
+    type: Literal["console"]
+    #: Rows printed per batch (the rest are counted).
+    limit: int = Field(20, ge=0)
+
+
+class FeedSinkSpec(_Sink):
+    type: Literal["feed"]
+    dsn: str
+    #: Partition name per record: a template over ``{namespace}``, ``{key}``, ``{offset}``.
+    partition: str = "{namespace}/{key}/{offset}"
+    gate: int = Field(0, ge=0)
+    prefix: str = "feed_"
+    if_exists: Literal["skip", "append"] = "skip"
+
+    @field_validator("partition")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        try:
+            value.format(namespace="n", key="k", offset=0)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"template may use {{namespace}}, {{key}} and {{offset}} only ({exc})") from None
+        return value
+
+
+SinkSpec = Annotated[
+    JournalSinkSpec | KafkaSinkSpec | PostgresSinkSpec | FilesSinkSpec | ConsoleSinkSpec | FeedSinkSpec,
+    Field(discriminator="type"),
+]
+for _m in (JournalSinkSpec, KafkaSinkSpec, PostgresSinkSpec, FilesSinkSpec, ConsoleSinkSpec, FeedSinkSpec):
+    _m.model_rebuild()
+
+
+class TriggerSpec(_Model):
+    """``interval``: time between micro-batches when running continuously (``--once`` ignores it)."""
+
+    interval: Duration = 1.0
+
+    _d = field_validator("interval", mode="before")(_duration)
+
+
+class PipelineSpec(_Model):
+    """A validated pipeline: one source, filters and transforms, sinks (one query each)."""
+
+    name: str
+    source: SourceSpec
+    namespace: str = ".*"
+    transforms: list[TransformSpec] = Field(default_factory=list)
+    sinks: list[SinkSpec] = Field(min_length=1)
+    checkpoint: str
+    trigger: TriggerSpec = Field(default_factory=TriggerSpec)
+    #: Extra Spark settings for the session ``sluice pipeline run`` builds.
+    spark: dict[str, str] = Field(default_factory=dict)
+
+    _ns = field_validator("namespace")(_regex)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _SINK_NAME.match(value):
+            raise ValueError("use letters, digits, '_' and '-' (at most 63), starting with a letter or digit")
+        return value
+
+    @model_validator(mode="after")
+    def _sinks(self) -> Self:
+        seen: set[str] = set()
+        for i, sink in enumerate(self.sinks):
+            if not sink.name:
+                raise ValueError(f"sinks[{i}].name: required but missing")
+            if sink.name in seen:
+                raise ValueError(f"sinks[{i}].name: {sink.name!r} is used by another sink")
+            seen.add(sink.name)
+        if self.source.type == "outbox" and len(self.sinks) > 1:
+            raise ValueError(
+                "sinks: an outbox source feeds exactly one sink (its rows are purged when that sink's "
+                "query commits); to fan out, harvest the outbox into a journal and read the journal"
+            )
+        return self
+
+    def sink(self, name: str) -> SinkSpec:
+        for s in self.sinks:
+            if s.name == name:
+                return s
+        raise SpecError(
+            f"no sink named {name!r} (sinks: {', '.join(s.name for s in self.sinks)})", path="sinks"
+        )
+
+    def checkpoint_dir(self, sink: str) -> Path:
+        return Path(self.checkpoint) / sink
+
+    # -- loading ----------------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Any, *, source: str = "", env: dict[str, str] | None = None) -> PipelineSpec:
+        """Validate a parsed spec: either ``{"pipeline": {...}}`` or the inner mapping."""
+        if not isinstance(data, dict):
+            raise SpecError(f"expected a mapping, got {type(data).__name__}", source=source)
+        prefix = ""
+        if "pipeline" in data:
+            if set(data) != {"pipeline"}:
+                extra = sorted(set(data) - {"pipeline"})
+                raise SpecError(f"unknown top-level key(s) {extra}", path=extra[0], source=source)
+            data, prefix = data["pipeline"], "pipeline"
+            if not isinstance(data, dict):
+                raise SpecError("expected a mapping", path="pipeline", source=source)
+        try:
+            data = interpolate(data, env, prefix)
+            return cls.model_validate(data)
+        except ConfigError as exc:
+            raise SpecError(exc.problem, path=exc.path, source=source) from None
+        except ValidationError as exc:
+            path, problem = describe(exc, prefix)
+            raise SpecError(problem, path=path, source=source) from None
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, *, env: dict[str, str] | None = None) -> PipelineSpec:
+        try:
+            data = load_yaml(path)
+        except ConfigError as exc:
+            raise SpecError(exc.problem, source=str(path)) from None
+        return cls.from_dict(data, source=str(path), env=env)
+
+    @classmethod
+    def builder(cls, name: str) -> SpecBuilder:
+        return SpecBuilder(name)
+
+
+_TAGS = {"journal", "kafka", "outbox", "postgres", "parquet", "json", "csv", "console", "feed"}
+
+
+def describe(exc: ValidationError, prefix: str = "") -> tuple[str, str]:
+    """The first problem of a pydantic error as (``pipeline.sinks[1].table``, what was expected)."""
+    err = exc.errors()[0]
+    parts: list[str] = [prefix] if prefix else []
+    for p in err["loc"]:
+        if isinstance(p, int):
+            parts[-1:] = [f"{parts[-1]}[{p}]"] if parts else [f"[{p}]"]
+        elif str(p) in _TAGS or str(p).startswith("function-"):
+            continue  # pydantic's tagged-union step, not a field
+        else:
+            parts.append(str(p))
+    path = ".".join(parts)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        msg = "unknown key (check its spelling and indentation)"
+    elif kind == "missing":
+        msg = "required but missing"
+    elif kind == "union_tag_invalid":
+        msg = f"unknown type {err.get('input', {}).get('type')!r}; expected one of " + str(
+            err.get("ctx", {}).get("expected_tags", "")
+        )
+    elif kind == "union_tag_not_found":
+        msg = "needs a 'type'"
+    else:
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        if kind not in ("value_error", "assertion_error") and "input" in err:
+            msg += f" (got {err['input']!r})"
+    if kind.startswith("union_tag"):
+        path = f"{path}.type" if path else "type"
+    # Model-level checks name their own sub-field ("sinks[1].name: …"): fold it into the path.
+    m = re.match(r"^(\w+(?:\[\d+\])?(?:\.\w+(?:\[\d+\])?)*): (.*)$", msg, re.S)
+    if m and kind == "value_error" and not m.group(1).startswith("give"):
+        path = f"{path}.{m.group(1)}" if path else m.group(1)
+        msg = m.group(2)
+    if len(exc.errors()) > 1:
+        msg += f" (and {len(exc.errors()) - 1} more problem(s))"
+    return path, msg
+
+
+class SpecBuilder:
+    """Build a :class:`PipelineSpec` in Python; ``build()`` validates exactly like YAML."""
+
+    def __init__(self, name: str) -> None:
+        self._data: dict[str, Any] = {"name": name, "transforms": [], "sinks": []}
+
+    def source(self, type: str, **options: Any) -> SpecBuilder:
+        self._data["source"] = {"type": type, **options}
+        return self
+
+    def namespace(self, pattern: str) -> SpecBuilder:
+        self._data["namespace"] = pattern
+        return self
+
+    def transform(self, **kind: Any) -> SpecBuilder:
+        self._data["transforms"].append(kind)
+        return self
+
+    def sink(self, name: str, type: str, **options: Any) -> SpecBuilder:
+        self._data["sinks"].append({"name": name, "type": type, **options})
+        return self
+
+    def checkpoint(self, path: str | Path) -> SpecBuilder:
+        self._data["checkpoint"] = str(path)
+        return self
+
+    def trigger(self, interval: str | float) -> SpecBuilder:
+        self._data["trigger"] = {"interval": interval}
+        return self
+
+    def spark(self, **conf: str) -> SpecBuilder:
+        self._data["spark"] = dict(conf)
+        return self
+
+    def build(self) -> PipelineSpec:
+        return PipelineSpec.from_dict(self._data, env={})
