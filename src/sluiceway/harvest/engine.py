@@ -169,7 +169,7 @@ class Term:
         this thread admits the previous one and hands it to the send queues (which may block on
         ``sendBuffer``). At most one marked batch waits between them.
         """
-        engine, lim = self.engine, self.limits
+        lim = self.limits
         threads = [
             threading.Thread(target=self._shard_loop, args=(i,), name=f"sluice-send-{i}", daemon=True)
             for i in range(lim.send_concurrency)
@@ -213,6 +213,10 @@ class Term:
                     engine.emit_meter(now - last_meter, disp)
                     last_meter = now
                 if not disp.wait_for_room(timeout=0.1) or disp.force_remark:
+                    continue
+                if not self.should_run():
+                    # Fenced or revoked: not one more mark (the admit loop ends the term shortly).
+                    self._sleep(0.01)
                     continue
                 generation, leader_id = disp.generation, self.leader_id
                 try:

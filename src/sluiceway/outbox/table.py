@@ -165,7 +165,14 @@ def decode_rows(rows: list[tuple[Any, ...]], layout: OutboxLayout, leader_id: st
             created = created.replace(tzinfo=UTC)
         out.append(
             MarkedRecord(
-                r[0], created, r[2], r[3], value, tuple(zip(hkeys, hvalues)) if hkeys else (), leader_id, None
+                r[0],
+                created,
+                r[2],
+                r[3],
+                value,
+                tuple(zip(hkeys, hvalues, strict=True)) if hkeys else (),
+                leader_id,
+                None,
             )
         )
     return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -21,6 +22,14 @@ def build_session(
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master.startswith("local"):
+        # A local session listens on loopback only, and logs warnings rather than Spark's chatter.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        log4j = Path(__file__).with_name("log4j2-quiet.properties")
+        os.environ.setdefault(
+            "PYSPARK_SUBMIT_ARGS",
+            f'--driver-java-options "-Dlog4j.configurationFile=file:{log4j}" pyspark-shell',
+        )
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)

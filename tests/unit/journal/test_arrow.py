@@ -1,0 +1,123 @@
+"""The vectorised Arrow decoder must agree with the per-record decoder on every input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sluiceway.journal import format as fmt
+from sluiceway.journal.arrow import decode_arrow
+from sluiceway.journal.compaction import compact_segment_bytes
+from sluiceway.journal.format import ParsedBatch, RecordProblem
+from sluiceway.journal.record import ARROW_SCHEMA, Record
+from tests.unit.journal.test_format import build_batch, parse_ok
+
+text = st.text(max_size=30)
+record_st = st.tuples(
+    text,
+    text,
+    st.one_of(st.none(), st.binary(max_size=80)),
+    st.lists(st.tuples(text, text), max_size=3),
+    st.integers(min_value=0, max_value=2**50),
+)
+
+
+def parse_all(buf: bytes) -> list[ParsedBatch]:
+    out, pos = [], 0
+    while pos < len(buf):
+        b = parse_ok(buf, pos)
+        out.append(b)
+        pos = b.next_pos
+    return out
+
+
+def as_rows(records: list[Record]) -> list[dict[str, object]]:
+    return [
+        {
+            "offset": r.offset,
+            "namespace": r.namespace,
+            "op": "insert",
+            "key": r.key,
+            "value": r.value,
+            "headers": [{"key": k, "value": v} for k, v in r.headers],
+            "timestamp": r.timestamp,
+        }
+        for r in records
+    ]
+
+
+def check_equivalent(buf: bytes, lo: int, hi: int) -> None:
+    batches = parse_all(buf)
+    rb = decode_arrow(buf, batches, lo, hi)
+    assert rb.schema == ARROW_SCHEMA
+    want = [r for b in batches for r in fmt.iter_records(buf, b, lo, hi)]
+    assert rb.to_pylist() == as_rows(want)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(record_st, max_size=8), max_size=5), st.data())
+def test_arrow_matches_iterator(commits: list[list[tuple]], data: st.DataObject) -> None:  # type: ignore[type-arg]
+    buf, first = b"", 0
+    for recs in commits:
+        buf += build_batch(recs, first, {"r": "1"} if not recs else None)
+        first += len(recs)
+    if not buf:
+        return
+    lo = data.draw(st.integers(min_value=0, max_value=first + 1))
+    hi = data.draw(st.integers(min_value=lo, max_value=first + 2))
+    check_equivalent(buf, lo, hi)
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 8, 12, 13, 100, 5000])
+def test_value_sizes_around_the_inline_limit(size: int) -> None:
+    recs = [("", f"k{i}", bytes([65 + i % 26]) * (size + i % 3), [], i) for i in range(50)]
+    recs.append(("ns", "tomb", None, [("a", "b")], 0))
+    check_equivalent(build_batch(recs, 3), 0, 100)
+
+
+def test_many_headers_and_unicode() -> None:
+    recs = [
+        ("名前空間", "ключ", "é".encode() * 20, [("h" * 20, "v" * i) for i in range(i % 5)], 1)
+        for i in range(40)
+    ]
+    check_equivalent(build_batch(recs, 0), 0, 100)
+
+
+def test_compacted_batches_with_gaps() -> None:
+    recs = [("", f"k{i % 3}", f"v{i}".encode(), [], i) for i in range(9)]
+    buf = build_batch(recs, 0)
+    body, removed = compact_segment_bytes(buf, parse_all(buf), {0, 1, 4})
+    assert removed == 3
+    batches = parse_all(body)
+    assert batches[0].compacted
+    rb = decode_arrow(body, batches, 0, 100)
+    assert rb.column("offset").to_pylist() == [2, 3, 5, 6, 7, 8]
+    check_equivalent(body, 3, 7)
+
+
+def test_structural_damage_fails_loudly() -> None:
+    buf = bytearray(build_batch([("", "a", b"x", [], 0), ("", "b", b"y", [], 0)], 0))
+    batch = parse_ok(bytes(buf))
+    second = batch.records_pos + int(batch.lens(bytes(buf))[0])
+    fmt.REC_PREFIX.pack_into(buf, second, *fmt.REC_PREFIX.unpack_from(buf, second)[:2], 0)  # repeat offset 0
+    with pytest.raises(RecordProblem) as exc:
+        decode_arrow(bytes(buf), [batch], 0, 10)
+    assert exc.value.position == second
+
+
+def test_empty_inputs() -> None:
+    assert decode_arrow(b"", [], 0, 10).num_rows == 0
+    buf = build_batch([("", "a", b"x", [], 0)], 5)
+    assert decode_arrow(buf, parse_all(buf), 6, 10).num_rows == 0
+    empty = build_batch([], 5, {"x": "y"})
+    assert decode_arrow(empty, parse_all(empty), 0, 10).num_rows == 0
+
+
+def test_arrow_columns_are_plain_types() -> None:
+    buf = build_batch([("n", "k", b"v" * 40, [("a", "b")], 10**15)], 0)
+    rb = decode_arrow(buf, parse_all(buf), 0, 1)
+    assert [f.type for f in rb.schema] == [f.type for f in ARROW_SCHEMA]
+    assert np.asarray(rb.column("timestamp").cast("int64"))[0] == 10**15
+    rb.validate(full=True)
