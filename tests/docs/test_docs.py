@@ -112,7 +112,10 @@ def validate(block: Block, kind: str) -> None:
     elif kind == "pipeline":
         from sluiceway.pipeline import PipelineSpec
 
-        PipelineSpec.from_dict(data)
+        # The samples name ${KAFKA} and ${PG}: give them values, as a user's environment would.
+        PipelineSpec.from_dict(
+            data, env={"KAFKA": "127.0.0.1:9092", "PG": "postgresql://postgres@127.0.0.1/app"}
+        )
     else:
         raise AssertionError(f"{block.page.name}:{block.line}: unknown validate kind {kind!r}")
 

@@ -998,6 +998,11 @@ class Journal:
                 rb = decode_arrow(buf, batches, lo, hi)
             except RecordProblem as exc:
                 raise CorruptRecordError(path, file_pos + exc.position, exc.offset, exc.reason) from None
+            if rb.num_rows <= max_rows:
+                if rb.num_rows:
+                    yield rb  # the usual case: whole, unsliced arrays (cheaper to ship over IPC)
+                continue
+            # Only a single append of more than max_rows records gets here.
             for start in range(0, rb.num_rows, max_rows):
                 yield rb.slice(start, max_rows)
 

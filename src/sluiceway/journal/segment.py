@@ -157,7 +157,8 @@ class SegmentReader:
         """Read the complete batches in ``[self.pos, limit)``, about ``chunk_size`` bytes of them.
 
         Advances ``self.pos`` past the returned batches. A batch bigger than ``chunk_size`` is
-        read whole. ``problem`` is set only when no batch could be returned before ``limit``.
+        read whole. With ``max_records``, stops before a batch that would take the count past
+        it (unless it is the first). ``problem`` is set only when no batch could be returned before ``limit``.
         """
         start = self.pos
         if start >= limit:
@@ -172,6 +173,10 @@ class SegmentReader:
             while p < len(buf):
                 parsed = parse_batch(buf, p)
                 if isinstance(parsed, ParsedBatch):
+                    if max_records is not None and batches and records + parsed.count > max_records:
+                        # Stop short rather than overshoot, so Arrow readers get whole batches
+                        # of at most max_records rows and never have to slice one.
+                        break
                     batches.append(parsed)
                     p = parsed.next_pos
                     records += parsed.count

@@ -355,3 +355,16 @@ def test_offset_log_repairs_a_torn_tail_and_rewrites_itself(path: str) -> None:
     assert os.path.getsize(log) < 1024 * 30  # rewritten, not 1500 entries long
     assert other.offsets() == want  # follows the replaced file
     other.close()
+
+
+def test_read_arrow_batches_are_whole_when_appends_fit(journal: Journal) -> None:
+    for _ in range(10):
+        with journal.append() as tx:
+            tx.write_many([(f"k{i}", b"v") for i in range(30)])
+    with journal.append() as tx:
+        tx.write_many([(f"big{i}", b"v") for i in range(250)])
+    sizes = [rb.num_rows for rb in journal.read_arrow(max_rows=100)]
+    # Appends of 30 are never split across batches; the 250-record append is cut into ≤ 100.
+    assert sizes == [90, 90, 90, 30, 100, 100, 50]
+    for rb in journal.read_arrow(max_rows=100, to_offset=300):  # not slices of something bigger
+        assert rb.column("offset").buffers()[1].size == 8 * rb.num_rows
