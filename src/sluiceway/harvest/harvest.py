@@ -86,6 +86,8 @@ class Harvest:
         if self._thread is not None:
             raise SluicewayError("harvest already started")
         self._prepare()
+        if self._spares is not None:
+            self._spares.prepare()  # warm a client while the election runs
         self.election.start(_Listener(self))
         self._thread = threading.Thread(target=self._run, name=f"sluice-harvest-{self.name}", daemon=True)
         self._thread.start()
@@ -162,6 +164,9 @@ class Harvest:
             self.engine.run_term(should_run, on_start=lambda leader_id: self._emit(LeaderAcquired(leader_id)))
         finally:
             publisher.close()
+            if self._spares is not None:
+                # The spare lived through whatever ended this term (an outage, say): start afresh.
+                self._spares.discard()
         if not self._stopping.is_set() and not self._ended_by_election:
             # Our own deadline passed before the election thread said so: that is a fence.
             self._emit(LeaderFenced())
@@ -210,13 +215,13 @@ class Harvest:
 
             return journal
 
-        def kafka(epoch: int) -> Publisher:
-            from sluiceway.harvest.kafka import KafkaPublisher
+        from sluiceway.harvest.kafka import SparePublishers
 
-            # A fresh client per leadership term: nothing a fenced term queued can leak into the next.
-            return KafkaPublisher(h.producer_config)
-
-        return kafka
+        # A fresh client per leadership term (nothing a fenced term queued can leak into the next),
+        # taken from a warm spare so a new leader publishes at once.
+        spares = SparePublishers(h.producer_config)
+        self._spares = spares
+        return spares.take
 
     def _default_election(self) -> LeaderElection:
         h = self.config.harvest
@@ -237,7 +242,11 @@ class Harvest:
         ttl = h.election.lease_timeout or lim.heartbeat_timeout
         return DatabaseLease(h.data_source, h.election_name, ttl=ttl)
 
+    _spares: Any = None
+
     def _close_shared(self) -> None:
+        if self._spares is not None:
+            self._spares.close()
         if self._metrics is not None:
             self._metrics.close()
 

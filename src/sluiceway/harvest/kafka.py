@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -40,12 +41,18 @@ class PermanentPublishError(PublishError):
     permanent = True
 
 
+#: librdkafka's idempotent producer asks for its producer id on a 500 ms timer when it starts
+#: before its broker connection is up (always, for a new client): until then nothing is delivered.
+IDEMPOTENT_WARM_UP = 0.6
+
+
 class KafkaPublisher:
     """Publishes outbox records to Kafka. ``producers`` independent clients, chosen by key hash."""
 
     def __init__(self, config: dict[str, Any], *, producers: int = 1) -> None:
         from confluent_kafka import Producer
 
+        self.created = time.monotonic()
         self.config = dict(config)
         self._producers = [Producer(self.config) for _ in range(max(1, producers))]
         self._permanent = _permanent_codes()
@@ -109,6 +116,13 @@ class KafkaPublisher:
                 cls = PermanentPublishError if err.code() in permanent else PublishError
                 raise cls(f"{err.name()}: {err.str()}") from exc
 
+    def wait_ready(self) -> None:
+        """Block until a new client can deliver (its idempotent producer id is assigned)."""
+        if str(self.config.get("enable.idempotence", "false")).lower() in ("true", "1"):
+            remaining = self.created + IDEMPOTENT_WARM_UP - time.monotonic()
+            if remaining > 0:
+                time.sleep(remaining)
+
     def flush(self, timeout: float) -> int:
         return sum(p.flush(timeout) for p in self._producers)
 
@@ -117,3 +131,94 @@ class KafkaPublisher:
         self._closed.set()
         for t in self._pollers:
             t.join(timeout=2)
+
+
+class SparePublishers:
+    """Hands each leadership term a fresh, already-warm KafkaPublisher.
+
+    A standby harvester keeps one spare client connected, so when it becomes the leader it can
+    publish at once. The spare is replaced every ``refresh`` seconds and after every term, so a
+    client never carries state across a broker outage or a long idle period (a broker forgets
+    idle producer ids); each term's client is closed at the end of the term.
+    """
+
+    def __init__(self, config: dict[str, Any], *, refresh: float = 20.0) -> None:
+        self.config = config
+        self.refresh = refresh
+        self._cv = threading.Condition()
+        self._spare: KafkaPublisher | None = None
+        self._spare_born = 0.0
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._wanted = False
+
+    def prepare(self) -> None:
+        """Keep a warm spare from now on (idempotent)."""
+        with self._cv:
+            self._wanted = True
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(target=self._keeper, name="sluice-kafka-spare", daemon=True)
+                self._thread.start()
+            self._cv.notify_all()
+
+    def _keeper(self) -> None:
+        while True:
+            with self._cv:
+                self._cv.wait_for(
+                    lambda: (
+                        self._closed
+                        or (
+                            self._wanted
+                            and (self._spare is None or time.monotonic() - self._spare_born > self.refresh)
+                        )
+                    ),
+                    timeout=1.0,
+                )
+                if self._closed:
+                    return
+                if not self._wanted or (
+                    self._spare is not None and time.monotonic() - self._spare_born <= self.refresh
+                ):
+                    continue
+                stale, self._spare = self._spare, None
+            if stale is not None:
+                stale.close()
+            try:
+                fresh = KafkaPublisher(self.config)
+            except Exception:
+                log.warning("could not create a spare Kafka client", exc_info=True)
+                fresh = None
+            with self._cv:
+                if fresh is not None and not self._closed and self._spare is None:
+                    self._spare, self._spare_born = fresh, fresh.created
+                    fresh = None
+                self._cv.notify_all()
+            if fresh is not None:
+                fresh.close()
+
+    def take(self, epoch: int = 0) -> KafkaPublisher:
+        with self._cv:
+            publisher, self._spare = self._spare, None
+            self._cv.notify_all()  # the keeper warms the next one
+        if publisher is None:
+            publisher = KafkaPublisher(self.config)
+        publisher.wait_ready()
+        return publisher
+
+    def discard(self) -> None:
+        """Drop the spare (e.g. after an outage); a new one is warmed."""
+        with self._cv:
+            stale, self._spare = self._spare, None
+            self._cv.notify_all()
+        if stale is not None:
+            stale.close()
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            spare, self._spare = self._spare, None
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join(15)
+        if spare is not None:
+            spare.close()
