@@ -78,18 +78,24 @@ def write_spec(path: Path, pipeline: dict[str, Any]) -> Path:
     return path
 
 
-def test_kill_9_then_restart_delivers_everything_in_order_to_every_sink(tmp_path: Path) -> None:
-    source = tmp_path / "source"
-    keys, total = 40, 20_000
+def write_sequences(source: Path, keys: int, total: int, per_append: int = 1000) -> dict[str, int]:
+    """A journal of ``total`` records over ``keys`` keys, each carrying its key's sequence number."""
     expected = {f"key-{k}": total // keys for k in range(keys)}
+    seq = dict.fromkeys(expected, 0)
     with Journal.open(source, fsync=False) as j:
-        seq = dict.fromkeys(expected, 0)
-        for start_i in range(0, total, 1000):
+        for start_i in range(0, total, per_append):
             with j.append() as tx:
-                for i in range(start_i, start_i + 1000):
+                for i in range(start_i, min(total, start_i + per_append)):
                     key = f"key-{i % keys}"
                     seq[key] += 1
                     tx.write(key, json.dumps({"seq": seq[key]}).encode(), namespace="orders")
+    return expected
+
+
+def test_kill_9_then_restart_delivers_everything_in_order_to_every_sink(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    total = 20_000
+    expected = write_sequences(source, keys=40, total=total)
     spec = write_spec(
         tmp_path / "spec.yaml",
         {
@@ -170,14 +176,7 @@ def test_sigterm_stops_cleanly_within_30_seconds(tmp_path: Path) -> None:
     import time
 
     source = tmp_path / "source"
-    keys, total = 10, 6000
-    expected = {f"key-{k}": total // keys for k in range(keys)}
-    with Journal.open(source, fsync=False) as j, j.append() as tx:
-        seq = dict.fromkeys(expected, 0)
-        for i in range(total):
-            key = f"key-{i % keys}"
-            seq[key] += 1
-            tx.write(key, json.dumps({"seq": seq[key]}).encode(), namespace="orders")
+    expected = write_sequences(source, keys=10, total=6000)
     spec = write_spec(
         tmp_path / "spec.yaml",
         {
