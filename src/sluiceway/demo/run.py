@@ -7,7 +7,9 @@ orders service (SQLite, 4 threads) ─► outbox ─► harvester ─► journal
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -344,6 +346,9 @@ def _summary(console: Console, report: DemoReport) -> None:
     for name, where in report.outputs:
         console.print(f"  {name:<12} {where}")
     console.print("\n[bold]look at them[/]")
+    bin_dir = os.path.dirname(sys.executable)
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        console.print(f"  (first: source {os.path.join(bin_dir, 'activate')})")
     for cmd in report.commands:
         console.print(f"  $ {cmd}")
 
