@@ -71,18 +71,18 @@ def source_format(
 
 def build_stream(spark: Any, spec: PipelineSpec, sink: str, *, max_records: int | None = None) -> Any:
     """The streaming DataFrame one sink consumes: source → namespace filter → transforms → sink filter."""
-    from pyspark.sql import functions as F
-
     fmt, opts = source_format(spec, sink, max_records=max_records)
     df = spark.readStream.format(fmt).options(**opts).load()
     if spec.namespace != ".*":
-        df = df.filter(F.col("namespace").rlike(spec.namespace))
+        # Columns taken from the DataFrame itself, so a Spark Connect DataFrame gets Connect columns
+        # even in a process that also runs a classic session.
+        df = df.filter(df["namespace"].rlike(spec.namespace))
     df = apply_transforms(
         spark, df, list(spec.transforms), view_prefix=f"sluice_{spec.name}_{sink}".replace("-", "_")
     )
     sink_spec = spec.sink(sink)
     if sink_spec.namespace != ".*":
-        df = df.filter(F.col("namespace").rlike(sink_spec.namespace))
+        df = df.filter(df["namespace"].rlike(sink_spec.namespace))
     return df
 
 

@@ -32,9 +32,13 @@ def build_session(
         )
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.appName(app_name)
+    builder: Any = SparkSession.builder.appName(app_name)
     if master.startswith("sc://"):
-        builder = builder.remote(master)
+        # The Connect client's own builder: it works even where a classic session already runs
+        # in this process (the generic builder refuses to mix the two).
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+        builder = ConnectSession.builder.appName(app_name).remote(master)
     else:
         builder = (
             builder.master(master)
