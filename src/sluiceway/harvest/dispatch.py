@@ -154,17 +154,17 @@ class Dispatcher:
             self._room.notify_all()
 
     def abandon(self, records: Iterable[MarkedRecord]) -> None:
-        """In-flight records taken off the send queues without being sent (shutdown): they stay
-        marked, and the next leader (or a refreshed id) re-marks them."""
+        """In-flight records taken off the send queues without being sent (shutdown, fencing).
+
+        Their rows stay marked with the current leader id, so they would never be marked again
+        under it: raise forceRemark, so that if the term goes on, the marker first takes a fresh
+        id (and drops what waits behind them) — otherwise a key's later rows could overtake them.
+        """
         with self._lock:
             for record in records:
                 self._release(record)
                 del self._busy[record.key]
-            for record in self._ready:
-                del self._busy[record.key]
-            self._ready.clear()
-            self._pending.clear()
-            self._held_ids.clear()
+            self._force_remark = True
             self._room.notify_all()
 
     # -- internals (lock held) ----------------------------------------------------------------

@@ -303,8 +303,9 @@ class Term:
             batch = shard.take()
             if batch is None:
                 return
-            if self._stopping.is_set():
-                # Shutting down: do not start new sends; the rows stay marked for the next leader.
+            if self._stopping.is_set() or not self.should_run():
+                # Shutting down, fenced or revoked: start no new sends (a deposed leader's late send
+                # could land after its successor's); the rows stay marked for the next leader.
                 self.dispatcher.abandon(batch)
                 continue
             with self._outstanding_lock:

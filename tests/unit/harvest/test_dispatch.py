@@ -81,3 +81,16 @@ def test_throttle_is_strict_and_ready_records_keep_their_key() -> None:
     assert [r.id for r in d.settle([rec(5, "d")])] == [4]
     assert d.settle([rec(2, "b"), rec(4, "c")]) == []
     assert d.wait_for_room(0.01) and d.busy_keys() == frozenset()
+
+
+def test_abandoned_records_force_a_fresh_leader_id_before_anything_overtakes_them() -> None:
+    d = Dispatcher(100)
+    sends, _ = d.admit([rec(1, "a"), rec(2, "a")])
+    assert [r.id for r in sends] == [1]
+    d.abandon(sends)  # record 1 never went out; its row stays marked with the current id
+    assert d.force_remark
+    later, abandoned = d.admit([rec(3, "a")])
+    assert abandoned and later == []  # nothing of key a may pass record 1
+    d.refresh()  # the marker takes a new id: records 1, 2, 3 are marked again, in order
+    sends, _ = d.admit([rec(1, "a"), rec(2, "a"), rec(3, "a")])
+    assert [r.id for r in sends] == [1]

@@ -50,12 +50,15 @@ VALUES (UTC_TIMESTAMP(6), %s, %s, %s, %s, %s, %s)
 
 -- name: mark
 -- MySQL has no UPDATE … RETURNING: select-and-lock the oldest rows not ours in a short
--- transaction (SKIP LOCKED: never wait on a writer's row lock), then `mark_update` them.
+-- transaction, then `mark_update` them. Deliberately FOR UPDATE *without* SKIP LOCKED: skipping
+-- a row that another session holds (a slow or stale harvester's mark, an application updating
+-- its row) would claim a key's later rows ahead of that older one — reordering, not a duplicate.
+-- Waiting costs little: the locks are our own short purges and writers' commits at the tail.
 SELECT {raw_columns} FROM {outbox}
 WHERE leader_id IS NULL OR leader_id <> %(leader_id)s
 ORDER BY id
 LIMIT %(limit)s
-FOR UPDATE SKIP LOCKED
+FOR UPDATE
 
 -- name: mark_update
 UPDATE {outbox} SET leader_id = %(leader_id)s WHERE id IN %(ids)s
