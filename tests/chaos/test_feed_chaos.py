@@ -107,9 +107,12 @@ def scalar(feed: Feed, sql: str, **params: object) -> int:
     return int(row[0])
 
 
-def test_eight_workers_kill_and_join(postgres_dsn: str, tmp_path: Path) -> None:
+def test_eight_workers_kill_and_join(
+    postgres_dsn: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     prefix = "chaos_"
     feed = Feed(postgres_dsn, prefix=prefix)
+    request.addfinalizer(feed.close)  # also when an assertion fails half-way
     # 20 items at gate 0, 15 at gate 1, 15 at gate 2 in each partition (appends: one transaction each).
     for gate, first, last in ((0, 0, 20), (1, 20, 35), (2, 35, 50)):
         feed.add_many(
@@ -147,7 +150,9 @@ def test_eight_workers_kill_and_join(postgres_dsn: str, tmp_path: Path) -> None:
                 )
                 == 0
             ),
-            timeout=20,
+            # Generous: on a loaded 2-core CI machine the 7 survivors' cycles slow down; the time the
+            # takeover actually took is reported below.
+            timeout=60,
             message="the killed worker's leases to pass to the others",
         )
         takeover = time.monotonic() - t_kill
@@ -165,7 +170,7 @@ def test_eight_workers_kill_and_join(postgres_dsn: str, tmp_path: Path) -> None:
             fair = available // max(1, len(counts))
             return joiner.pid in counts and counts[joiner.pid] >= max(1, fair - 1)
 
-        wait_until(joiner_has_its_share, timeout=30, message="the new worker to reach its fair share")
+        wait_until(joiner_has_its_share, timeout=60, message="the new worker to reach its fair share")
         share = owner_counts(feed)
 
         wait_until(
