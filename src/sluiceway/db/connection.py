@@ -147,11 +147,6 @@ class Database:
         rows = self.fetchall(sql, params, what=what)
         return rows[0] if rows else None
 
-    def executescript(self, statements: Sequence[str], *, what: str = "") -> None:
-        for stmt in statements:
-            if stmt.strip():
-                self.execute(stmt, what=what)
-
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Database]:
         """Run the block in one transaction; commit on success, roll back on any exception.
@@ -183,11 +178,3 @@ class Database:
                 # Commit outcome unknown: the caller must treat the work as possibly done.
                 self.close()
                 raise
-
-    def now_sql(self) -> str:
-        """The SQL expression for the database's own clock (used for leases)."""
-        return {
-            Dialect.POSTGRES: "clock_timestamp()",
-            Dialect.SQLITE: "strftime('%Y-%m-%dT%H:%M:%f', 'now')",
-            Dialect.MYSQL: "UTC_TIMESTAMP(6)",
-        }[self.dialect]

@@ -282,10 +282,7 @@ def _run_feed(console: Console, root: Path, report: DemoReport, paid: int) -> No
 
 
 def _completed_items(status: Any) -> int:
-    items = getattr(status, "items", None)
-    if isinstance(items, dict):
-        return int(items.get("complete", 0))
-    return int(getattr(status, "items_complete", 0))
+    return int(status.items.get("complete", 0))
 
 
 def _start_harvester(dsn: str, journal_path: Path, kafka: str | None, root: Path) -> Any:
