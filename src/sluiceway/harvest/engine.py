@@ -1,6 +1,7 @@
 """The MP/R engine: mark → (throttle, per-key barrier) → sharded send → purge / reset.
 
-One *term* runs while this process leads: the calling thread marks; ``sendConcurrency`` shard
+One *term* runs while this process leads: a marker thread claims batches one ahead of the calling
+thread, which admits them (throttle, per-key barrier) and queues them; ``sendConcurrency`` shard
 threads hand records to the publisher (sharded by key hash, each queue bounded by
 ``sendBuffer``); one purge/reset thread settles deliveries in batches. The engine talks only to
 ports (:mod:`sluiceway.harvest.ports`); adapters are injected.
