@@ -28,7 +28,7 @@ import pytest
 from sluiceway.feed import Feed, Item, NewPartition
 from sluiceway.testing import wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(360)]
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 200
@@ -150,9 +150,10 @@ def test_eight_workers_kill_and_join(
                 )
                 == 0
             ),
-            # Generous: on a loaded 2-core CI machine the 7 survivors' cycles slow down; the time the
-            # takeover actually took is reported below.
-            timeout=60,
+            # Normally ~2 s. Generous, because a known balancer weakness (see docs/feed.md, "Limits")
+            # can leave orphaned partitions until the survivors drop below their target share on a
+            # slow machine; the time the takeover actually took is reported below.
+            timeout=150,
             message="the killed worker's leases to pass to the others",
         )
         takeover = time.monotonic() - t_kill
