@@ -2,7 +2,9 @@
 
 1. The same N records (default 2,000,000) read by ``sluice-journal`` and by Spark's Parquet
    reader (the baseline, same run), both into the ``noop`` sink; best of three rounds each,
-   after a warm-up read of each.
+   after a warm-up read of each. Also through ``bench-arrow`` (``_arrow_source.py``), a Python
+   data source that only hands the Parquet file's Arrow batches to Spark: the ceiling of any
+   Python data source here, which tells the journal's own cost from Spark's transfer cost.
 2. ``sluice-outbox`` → Kafka sink through a pipeline (``--once``): records/s from a Postgres
    outbox to a Tansu broker, including claims, reads, purges and delivery acks.
 
@@ -66,19 +68,24 @@ def bench_read(spark: object, n: int, work: str) -> dict[str, float]:
     print(f"data: {n:,} records written in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
     jdf = spark.read.format("sluice-journal").option("path", journal)  # type: ignore[attr-defined]
     pdf = spark.read.parquet  # type: ignore[attr-defined]
-    times = {"journal": [], "parquet": []}  # type: dict[str, list[float]]
-    # Warm up both paths (Python workers started, modules imported, files in the page cache).
+    adf = spark.read.format("bench-arrow").option("path", parquet)  # type: ignore[attr-defined]
+    times = {"journal": [], "parquet": [], "arrow": []}  # type: dict[str, list[float]]
+    # Warm up every path (Python workers started, modules imported, files in the page cache).
     timed_noop(pdf(parquet))
     timed_noop(jdf.load())
-    for _ in range(3):  # alternate, so neither gets a warmer machine
+    timed_noop(adf.load())
+    for _ in range(3):  # alternate, so none gets a warmer machine
         times["parquet"].append(timed_noop(pdf(parquet)))
         times["journal"].append(timed_noop(jdf.load()))
+        times["arrow"].append(timed_noop(adf.load()))
     parts = jdf.load().rdd.getNumPartitions()
     return {
         "journal_rps": n / min(times["journal"]),
         "parquet_rps": n / min(times["parquet"]),
+        "arrow_rps": n / min(times["arrow"]),
         "journal_s": min(times["journal"]),
         "parquet_s": min(times["parquet"]),
+        "arrow_s": min(times["arrow"]),
         "journal_partitions": parts,
     }
 
@@ -135,10 +142,15 @@ def main() -> None:
     ap.add_argument("--outbox", type=int, default=100_000)
     args = ap.parse_args()
 
+    from _arrow_source import ArrowFileSource
     from sluiceway.pipeline import build_session, register_sources
 
+    # Spark's Python workers import the reference source by name: let them find bench/.
+    here = str(Path(__file__).resolve().parent)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
     spark = build_session("local[2]", app_name="bench-pipeline")
     register_sources(spark)
+    spark.dataSource.register(ArrowFileSource)
     with tempfile.TemporaryDirectory(prefix="sluice-bench-") as work:
         read = bench_read(spark, args.records, work)
         print(f"read: {read}", file=sys.stderr)
@@ -153,6 +165,12 @@ def main() -> None:
             ),
             ("sluice-journal source, records/s", f"{read['journal_rps']:,.0f}  ({read['journal_s']:.2f}s)"),
             ("journal / parquet", f"{ratio:.2f}  (target ≥ 0.60)"),
+            (
+                "Python data source ceiling (bench-arrow), records/s",
+                f"{read['arrow_rps']:,.0f}  ({read['arrow_s']:.2f}s)",
+            ),
+            ("ceiling / parquet", f"{read['arrow_rps'] / read['parquet_rps']:.2f}"),
+            ("journal / ceiling", f"{read['journal_rps'] / read['arrow_rps']:.2f}"),
             ("journal source partitions", f"{read['journal_partitions']:.0f}"),
             (
                 "outbox → Kafka pipeline, records/s",
@@ -165,6 +183,8 @@ def main() -> None:
             "journal_rps": round(read["journal_rps"]),
             "parquet_rps": round(read["parquet_rps"]),
             "ratio": round(ratio, 3),
+            "python_source_ceiling_rps": round(read["arrow_rps"]),
+            "ratio_vs_ceiling": round(read["journal_rps"] / read["arrow_rps"], 3),
             "outbox_to_kafka_rps": round(out["outbox_to_kafka_rps"]),
         },
     )
