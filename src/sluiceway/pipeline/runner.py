@@ -8,6 +8,7 @@ sink never holds the others back: its query stops (at the last good offset) and 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import signal
 import threading
@@ -48,6 +49,36 @@ def register_sources(spark: Any) -> None:
         tolerate_observed_metrics_in_commands()
 
 
+def _source_classes() -> dict[str, type]:
+    from sluiceway.pipeline.sources.journal import JournalDataSource
+    from sluiceway.pipeline.sources.kafka import KafkaDataSource
+    from sluiceway.pipeline.sources.outbox import OutboxDataSource
+
+    return {cls.name(): cls for cls in (JournalDataSource, KafkaDataSource, OutboxDataSource)}
+
+
+def register_query_source(spark: Any, fmt: str, query: str) -> str:
+    """Register a copy of source ``fmt`` for one streaming query alone; returns the name to read.
+
+    Spark 4.3 builds every Python function of a registered Python data source around one shared
+    Java map of environment variables, and a streaming query's source runner writes into that map
+    when the query starts. If another query using the same registered source is serializing a
+    task at that moment, the task's bytes are torn and it fails to deserialize
+    (``java.io.OptionalDataException``) — seen when a pipeline's sink queries (re)start side by
+    side. A registration of its own gives each query a map of its own.
+    """
+    base = _source_classes()[fmt]
+    digest = hashlib.sha1(query.encode()).hexdigest()[:10]
+    alias = f"{fmt}-q{digest}"
+    copy = type(
+        f"{base.__name__}_{digest}",
+        (base,),
+        {"name": classmethod(lambda cls: alias), "__module__": __name__, "__doc__": base.__doc__},
+    )
+    spark.dataSource.register(copy)
+    return alias
+
+
 def source_format(
     spec: PipelineSpec, sink: str, *, max_records: int | None = None
 ) -> tuple[str, dict[str, str]]:
@@ -76,6 +107,7 @@ def source_format(
 def build_stream(spark: Any, spec: PipelineSpec, sink: str, *, max_records: int | None = None) -> Any:
     """The streaming DataFrame one sink consumes: source → namespace filter → transforms → sink filter."""
     fmt, opts = source_format(spec, sink, max_records=max_records)
+    fmt = register_query_source(spark, fmt, f"{spec.name}/{sink}")
     df = spark.readStream.format(fmt).options(**opts).load()
     if spec.namespace != ".*":
         # Columns taken from the DataFrame itself, so a Spark Connect DataFrame gets Connect columns
