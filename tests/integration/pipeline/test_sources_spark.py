@@ -223,3 +223,34 @@ def test_outbox_source_drains_a_table_written_concurrently(
     with Database(postgres_dsn) as db:
         remaining = db.fetchone("SELECT count(*) FROM outbox")
     assert remaining is not None and remaining[0] <= 500  # the last batch is purged on the next commit
+
+
+def test_each_sink_query_reads_through_a_registration_of_its_own(sluice_spark: Any, tmp_path: Path) -> None:
+    """Spark shares one Java environment map per registered Python source and a starting streaming
+    query writes into it; queries that share a registration can tear each other's task bytes. So
+    every sink query gets its own registration, which reads exactly what the public name reads."""
+    from sluiceway.pipeline import PipelineSpec, build_stream
+    from sluiceway.pipeline.runner import register_query_source
+
+    path = tmp_path / "j"
+    make_journal(path, [("orders", f"k{i % 3}", b"v%d" % i) for i in range(500)])
+    names = {
+        register_query_source(sluice_spark, "sluice-journal", "p/a"),
+        register_query_source(sluice_spark, "sluice-journal", "p/b"),
+        register_query_source(sluice_spark, "sluice-journal", "q/a"),
+    }
+    assert len(names) == 3 and all(n.startswith("sluice-journal-") for n in names)
+    assert register_query_source(sluice_spark, "sluice-journal", "p/a") in names  # stable per query
+
+    spec = (
+        PipelineSpec.builder("p")
+        .source("journal", path=str(path), max_records_per_batch=200)
+        .sink("a", "console")
+        .sink("b", "console")
+        .checkpoint(str(tmp_path / "cp"))
+        .build()
+    )
+    for sink in ("a", "b"):
+        rows, sizes = collect(build_stream(sluice_spark, spec, sink), tmp_path / f"cp-{sink}")
+        assert sorted(r["offset"] for r in rows) == list(range(500))
+        assert sizes == [200, 200, 100]
