@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -183,3 +184,6 @@ def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
         yield session
     finally:
         session.stop()
+        # py4j logs its connections' closing (INFO) from __del__ at interpreter exit, after
+        # pytest has closed the streams its log handlers write to: a traceback in the output.
+        logging.getLogger("py4j").setLevel(logging.WARNING)

@@ -141,21 +141,32 @@ def test_eight_workers_kill_and_join(
         killed_at = victim.kill()
         workers.remove(victim)
         t_kill = time.monotonic()
-        wait_until(
-            lambda: (
-                scalar(
-                    feed,
-                    "SELECT count(*) FROM {p} WHERE status = 'available' AND owner = %(owner)s",
-                    owner=victim_owner,
-                )
-                == 0
-            ),
-            # Normally ~2 s. Generous, because a known balancer weakness (see docs/feed.md, "Limits")
-            # can leave orphaned partitions until the survivors drop below their target share on a
-            # slow machine; the time the takeover actually took is reported below.
-            timeout=150,
-            message="the killed worker's leases to pass to the others",
-        )
+        # Sampled while waiting, so that a slow takeover explains itself: what the victim still
+        # holds, what is free, and every live owner's count, over time.
+        history: list[str] = []
+
+        def victim_released() -> bool:
+            left = scalar(
+                feed,
+                "SELECT count(*) FROM {p} WHERE status = 'available' AND owner = %(owner)s",
+                owner=victim_owner,
+            )
+            free = scalar(
+                feed, "SELECT count(*) FROM {p} WHERE status = 'available' AND lease_until <= now()"
+            )
+            available = scalar(feed, "SELECT count(*) FROM {p} WHERE status = 'available'")
+            history.append(
+                f"{time.monotonic() - t_kill:6.1f}s victim={left} free={free} available={available} "
+                f"owners={sorted(owner_counts(feed).values())}"
+            )
+            return left == 0
+
+        try:
+            # Normally ~2 s (a lease and a balancing cycle); generous for a loaded 2-core machine.
+            wait_until(victim_released, timeout=150, message="the killed worker's leases to go to others")
+        except TimeoutError as exc:
+            tails = "\n".join(f"--- {w.log.name}\n{w.log.read_text()[-1500:]}" for w in workers)
+            raise AssertionError(f"{exc}\n" + "\n".join(history[-40:]) + "\n" + tails) from None
         takeover = time.monotonic() - t_kill
         assert victim.pid not in owner_counts(feed)
 

@@ -55,13 +55,18 @@ class Table:
         self.expiry = [0] * partitions
         self.lease = lease
         self.now = 0
+        self.done: set[int] = set()  # completed partitions: no longer available to anyone
+
+    def complete(self, i: int) -> None:
+        self.done.add(i)
+        self.owner[i] = None
 
     def census(self) -> Census:
         owners: dict[str, int] = {}
         for owner, expiry in zip(self.owner, self.expiry, strict=True):
             if owner is not None and expiry > self.now:
                 owners[owner] = owners.get(owner, 0) + 1
-        return Census(len(self.owner), owners)
+        return Census(len(self.owner) - len(self.done), owners)
 
     def held(self, me: str) -> list[int]:
         return [i for i, o in enumerate(self.owner) if o == me]
@@ -76,7 +81,7 @@ class Table:
             for i in mine[-p.release :]:
                 self.owner[i], self.expiry[i] = None, 0
             return
-        free = [i for i, e in enumerate(self.expiry) if e <= self.now]
+        free = [i for i, e in enumerate(self.expiry) if e <= self.now and i not in self.done]
         rng.shuffle(free)
         for i in free[: p.acquire]:
             self.owner[i], self.expiry[i] = me, self.now + self.lease
@@ -121,3 +126,30 @@ def test_workers_converge_on_a_fair_share_through_joins_and_deaths(seed: int) ->
     live = table.counts(workers)
     assert sum(live) == 200
     assert max(live) <= math.ceil(200 / 7) and max(live) - min(live) <= 1
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("completion", [0.002, 0.02, 0.1])
+def test_a_dead_workers_partitions_are_taken_while_partitions_complete(seed: int, completion: float) -> None:
+    """Targets fall as partitions complete, and survivors release their excess as they go; the
+    partitions a dead worker held must still be taken soon after its leases expire, never left
+    behind because every survivor happens to sit at its (falling) target."""
+    rng = random.Random(seed)
+    table = Table(200)
+    workers = [f"w{i}" for i in range(8)]
+
+    def cycle() -> None:
+        for w in rng.sample(workers, len(workers)):
+            for i in table.held(w):  # some of what each worker holds completes
+                if rng.random() < completion:
+                    table.complete(i)
+            table.step(w, rng)
+        table.now += 1
+
+    for _ in range(10):
+        cycle()
+    dead = max(workers, key=lambda w: len(table.held(w)))
+    workers.remove(dead)
+    for _ in range(table.lease + 3):  # the leases run out, then a few balancing cycles
+        cycle()
+    assert table.held(dead) == []
