@@ -12,7 +12,7 @@ from sluiceway.pipeline.errors import PipelineError, SinkFailed, SourceError, Sp
 from sluiceway.pipeline.failures import RetryPolicy, deliver
 from sluiceway.pipeline.operator import SinkStatus, inspect, read_checkpoint, skip, status
 from sluiceway.pipeline.record import RECORD_DDL, RECORD_SCHEMA, Record
-from sluiceway.pipeline.runner import Pipeline, SinkRun, build_stream, register_sources
+from sluiceway.pipeline.runner import Pipeline, SinkRun, build_stream, register_query_source, register_sources
 from sluiceway.pipeline.session import build_session
 from sluiceway.pipeline.spec import PipelineSpec, SpecBuilder
 
@@ -36,6 +36,7 @@ __all__ = [
     "deliver",
     "inspect",
     "read_checkpoint",
+    "register_query_source",
     "register_sources",
     "skip",
     "status",
