@@ -38,11 +38,7 @@ def register_sources(spark: Any) -> None:
     >>> register_sources(spark)                                            # doctest: +SKIP
     >>> spark.readStream.format("sluice-journal").option("path", "./data/journal").load()
     """
-    from sluiceway.pipeline.sources.journal import JournalDataSource
-    from sluiceway.pipeline.sources.kafka import KafkaDataSource
-    from sluiceway.pipeline.sources.outbox import OutboxDataSource
-
-    for cls in (JournalDataSource, KafkaDataSource, OutboxDataSource):
+    for cls in _source_classes().values():
         spark.dataSource.register(cls)
     if is_connect_session(spark):
         # A Declarative Pipelines run would otherwise fail at its end (see compat's docstring).
@@ -67,7 +63,10 @@ def register_query_source(spark: Any, fmt: str, query: str) -> str:
     (``java.io.OptionalDataException``) — seen when a pipeline's sink queries (re)start side by
     side. A registration of its own gives each query a map of its own.
     """
-    base = _source_classes()[fmt]
+    sources = _source_classes()
+    if fmt not in sources:
+        raise ValueError(f"no such sluiceway source {fmt!r}: expected one of {', '.join(sorted(sources))}")
+    base = sources[fmt]
     digest = hashlib.sha1(query.encode()).hexdigest()[:10]
     alias = f"{fmt}-q{digest}"
     copy = type(

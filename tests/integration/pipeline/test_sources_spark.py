@@ -241,6 +241,8 @@ def test_each_sink_query_reads_through_a_registration_of_its_own(sluice_spark: A
     }
     assert len(names) == 3 and all(n.startswith("sluice-journal-") for n in names)
     assert register_query_source(sluice_spark, "sluice-journal", "p/a") in names  # stable per query
+    with pytest.raises(ValueError, match="no such sluiceway source 'sluice-nope'"):
+        register_query_source(sluice_spark, "sluice-nope", "p/a")
 
     spec = (
         PipelineSpec.builder("p")
