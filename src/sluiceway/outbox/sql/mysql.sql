@@ -51,8 +51,10 @@ VALUES (UTC_TIMESTAMP(6), %s, %s, %s, %s, %s, %s)
 -- name: mark
 -- MySQL has no UPDATE … RETURNING: select-and-lock the oldest rows not ours in a short
 -- transaction, then `mark_update` them. Deliberately FOR UPDATE *without* SKIP LOCKED: skipping
--- a row that another session holds (a slow or stale harvester's mark, an application updating
--- its row) would claim a key's later rows ahead of that older one — reordering, not a duplicate.
+-- a row that another session holds (a killed leader's purge or reset that the server has not
+-- rolled back yet, a stale harvester's mark, an application updating its row) would claim a
+-- key's later rows ahead of that older one, which reappears after the rollback — reordering,
+-- not a duplicate. Seen once in the MariaDB fault chaos test before this was changed.
 -- Waiting costs little: the locks are our own short purges and writers' commits at the tail.
 SELECT {raw_columns} FROM {outbox}
 WHERE leader_id IS NULL OR leader_id <> %(leader_id)s
