@@ -180,10 +180,10 @@ def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
     from sluiceway.pipeline.session import build_session
 
     session = build_session("local[2]", warehouse=str(tmp_path_factory.mktemp("spark")))
+    # py4j logs every callback and connection (INFO) from its own threads, including after a
+    # test's captured stream is closed and at interpreter exit: "Logging error" tracebacks.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         yield session
     finally:
         session.stop()
-        # py4j logs its connections' closing (INFO) from __del__ at interpreter exit, after
-        # pytest has closed the streams its log handlers write to: a traceback in the output.
-        logging.getLogger("py4j").setLevel(logging.WARNING)

@@ -288,7 +288,18 @@ class FeedStore:
         elif self.dialect is Dialect.SQLITE:
             params["pairs"] = json.dumps([list(p) for p in pairs])
         else:
-            params["pairs"] = tuple((int(p[0]), int(p[1])) for p in pairs)
+            # Lock what is still free (id order, SKIP LOCKED), then take exactly those rows.
+            with self.db.transaction():
+                locked = self.db.fetchall(
+                    self.q["acquire_lock"],
+                    {"pairs": tuple((int(p[0]), int(p[1])) for p in pairs)},
+                    what="feed acquire",
+                )
+                if not locked:
+                    return []
+                params["ids"] = tuple(int(r[0]) for r in locked)
+                self.db.execute(self.q["acquire"], params, what="feed acquire")
+            return self.held(owner, list(params["ids"]))
         if self.db.execute(self.q["acquire"], params, what="feed acquire") == 0:
             return []
         return self.held(owner, [p[0] for p in pairs])
@@ -427,7 +438,10 @@ class FeedStore:
         since it was summarised — a producer added items, an operator retried — so the decision
         is void and will be taken again from fresh facts).
         """
-        work = [(s, d) for s, d in decisions if d is not Decision.WAIT]
+        # In partition id order, as every multi-row write of partitions locks them.
+        work = sorted(
+            ((s, d) for s, d in decisions if d is not Decision.WAIT), key=lambda sd: sd[0].partition_id
+        )
         if not work:
             return []
         applied: list[tuple[GateSummary, Decision, bool]] = []

@@ -354,3 +354,56 @@ def test_run_until_idle_times_out_while_work_keeps_failing(any_dsn: str, prefix:
     with pytest.raises(FeedTimeout):
         worker(any_dsn, prefix, always_fails, max_attempts=1000).run_until_idle(timeout=0.5)
     assert feed.status().workers == []  # leases released even so
+
+
+def test_concurrent_takes_never_deadlock_and_never_share_a_partition(any_dsn: str, prefix: str) -> None:
+    """Workers take random, overlapping parts of the free page at the same moment (as balancing
+    does). Each partition goes to exactly one of them, and no take fails: takes lock rows in id
+    order and skip rows another take holds, so they cannot wait on each other in a cycle."""
+    import random
+
+    from sluiceway.db import Database
+    from sluiceway.errors import DatabaseError
+    from sluiceway.feed.store import FeedStore
+
+    with Feed(any_dsn, prefix=prefix) as f:
+        f.add_many(NewPartition(f"p{i:03d}", [b"x"]) for i in range(60))
+    rounds, takers = 15, 6
+    errors: list[BaseException] = []
+    won: dict[int, list[str]] = defaultdict(list)
+    barrier = threading.Barrier(takers)
+
+    def take(n: int) -> None:
+        rng = random.Random(n)
+        owner = f"taker-{n}"
+        with Database(any_dsn) as db:
+            store = FeedStore(db, prefix)
+            for r in range(rounds):
+                barrier.wait()
+                try:
+                    free = store.free_partitions(60)
+                    got = store.acquire(owner, rng.sample(free, min(len(free), 20)), 30.0)
+                    for held in got:
+                        won[held.id].append(f"{owner}#{r}")
+                except DatabaseError as exc:
+                    errors.append(exc)
+                barrier.wait()
+                if n == 0:  # between rounds, everything is handed back
+                    with Database(any_dsn) as admin:
+                        admin.execute(
+                            f"UPDATE {store.partitions_table} SET owner = NULL, "
+                            "lease_until = '1970-01-01 00:00:00', version = version + 1"
+                        )
+                barrier.wait()
+
+    threads = [threading.Thread(target=take, args=(n,)) for n in range(takers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    for pid, owners in won.items():
+        per_round = defaultdict(list)
+        for o in owners:
+            per_round[o.split("#")[1]].append(o)
+        assert all(len(v) == 1 for v in per_round.values()), (pid, owners)

@@ -34,10 +34,22 @@ def test_state_changes_are_conditional_on_version() -> None:
     # it read (in its WHERE clause), not just bumps it.
     for dialect in Dialect:
         queries = load_queries("sluiceway.feed", dialect)
-        for name in ("complete", "complete_done", "advance_gate", "close_partition", "acquire", "steal"):
+        for name in ("complete", "complete_done", "advance_gate", "close_partition", "steal"):
             sql = queries[name]
             assert "version + 1" in sql, (dialect, name)
             assert "version" in sql.rsplit("WHERE", 1)[1], (dialect, name)
+        # A take checks the versions it read where it locks the rows (MySQL: a separate step).
+        assert "version + 1" in queries["acquire"], dialect
+        lock = queries["acquire_lock" if dialect is Dialect.MYSQL else "acquire"]
+        assert "p.version = t.version" in lock or "(id, version) IN" in lock, dialect
+
+
+def test_takes_never_wait_on_row_locks() -> None:
+    # Concurrent takes lock in id order and skip rows others hold: they cannot deadlock.
+    for dialect in (Dialect.POSTGRES, Dialect.MYSQL):
+        queries = load_queries("sluiceway.feed", dialect)
+        lock = queries["acquire_lock" if dialect is Dialect.MYSQL else "acquire"]
+        assert "ORDER BY" in lock and "SKIP LOCKED" in lock, dialect
 
 
 def test_prefixes_are_validated() -> None:

@@ -137,11 +137,21 @@ SELECT id, version FROM {partitions}
 WHERE status = 'available' AND lease_until <= UTC_TIMESTAMP(6)
 ORDER BY lease_until, id LIMIT %(limit)s
 
+-- name: acquire_lock
+-- Step one of a take, in a short transaction: lock the free partitions read above that are
+-- still as read, in id order, SKIP LOCKED (one another worker is taking, renewing or releasing
+-- right now is not ours this time; never waiting means concurrent takes cannot deadlock).
+SELECT id FROM {partitions}
+WHERE (id, version) IN %(pairs)s AND status = 'available' AND lease_until <= UTC_TIMESTAMP(6)
+ORDER BY id
+FOR UPDATE SKIP LOCKED
+
 -- name: acquire
+-- Step two, same transaction: the rows are locked and still free, so this takes them all.
 UPDATE {partitions}
 SET owner = %(owner)s, lease_until = UTC_TIMESTAMP(6) + INTERVAL %(lease_us)s MICROSECOND,
     version = version + 1, updated_at = UTC_TIMESTAMP(6)
-WHERE (id, version) IN %(pairs)s AND status = 'available' AND lease_until <= UTC_TIMESTAMP(6)
+WHERE id IN %(ids)s
 
 -- name: taken
 SELECT id, name, attributes, gate FROM {partitions}

@@ -165,14 +165,30 @@ SELECT id, version FROM {partitions}
 WHERE status = 'available' AND lease_until <= now()
 ORDER BY lease_until, id LIMIT %(limit)s
 
+-- name: acquire_lock
+-- Not used here: `acquire` locks and takes in one statement (MySQL needs two).
+SELECT 1
+
 -- name: acquire
--- Take the free partitions read above, all in one statement. Re-checking expiry guards against
--- a renewal that landed between the read and this write (it bumped version anyway).
+-- Take the free partitions read above, all in one statement. The rows are locked first, in id
+-- order and SKIP LOCKED: a partition another worker is taking (or renewing, or releasing) at
+-- this moment is simply not ours this time. Never waiting on a row lock means concurrent
+-- acquires cannot deadlock; updating in the order of the array we were given could (each
+-- worker picks its own random part of the free page). Re-checking version and expiry under the
+-- lock guards against a renewal or take that landed between the read and this write.
+WITH mine AS (
+  SELECT p.id FROM {partitions} AS p
+  JOIN unnest(%(ids)s::bigint[], %(versions)s::bigint[]) AS t(id, version)
+    ON p.id = t.id AND p.version = t.version
+  WHERE p.status = 'available' AND p.lease_until <= now()
+  ORDER BY p.id
+  FOR UPDATE OF p SKIP LOCKED
+)
 UPDATE {partitions} AS p
 SET owner = %(owner)s, lease_until = now() + %(lease)s * interval '1 second', version = p.version + 1,
     updated_at = now()
-FROM unnest(%(ids)s::bigint[], %(versions)s::bigint[]) AS t(id, version)
-WHERE p.id = t.id AND p.version = t.version AND p.status = 'available' AND p.lease_until <= now()
+FROM mine
+WHERE p.id = mine.id
 
 -- name: taken
 -- What we now hold among the partitions we tried to take (names and attributes for processors).

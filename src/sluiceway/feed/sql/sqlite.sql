@@ -131,6 +131,10 @@ SELECT id, version FROM {partitions}
 WHERE status = 'available' AND lease_until <= strftime('%Y-%m-%dT%H:%M:%f', 'now')
 ORDER BY lease_until, id LIMIT :limit
 
+-- name: acquire_lock
+-- Not used here: `acquire` locks and takes in one statement (MySQL needs two).
+SELECT 1
+
 -- name: acquire
 -- Optimistic take of the page read above: :pairs is a JSON array of [id, version].
 UPDATE {partitions}
