@@ -141,9 +141,15 @@ SELECT * FROM (
 
 -- name: renew
 -- Extend every lease this worker still holds, in one statement. A lease another worker took
--- has another owner now and is not touched; `owned` then tells what is still ours.
+-- has another owner now and is not touched; `owned` then tells what is still ours. Rows locked
+-- right now (another worker taking a lease of ours that lapsed) are skipped, never waited on:
+-- such a row is about to be theirs, and waiting is how two workers' writes deadlock.
 UPDATE {partitions} SET lease_until = now() + %(lease)s * interval '1 second', version = version + 1
-WHERE owner = %(owner)s AND status = 'available'
+WHERE id IN (
+  SELECT id FROM {partitions} WHERE owner = %(owner)s AND status = 'available'
+  ORDER BY id
+  FOR UPDATE SKIP LOCKED
+)
 
 -- name: owned
 SELECT id FROM {partitions} WHERE owner = %(owner)s AND status = 'available'
