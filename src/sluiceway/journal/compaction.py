@@ -17,16 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sluiceway.journal.format import (
-    FLAG_COMPACTED,
-    Incomplete,
-    Invalid,
-    ParsedBatch,
-    SegmentHeader,
-    encode_batch,
-    iter_keys,
-    parse_batch,
-)
+from sluiceway.journal.encode import encode_batch
+from sluiceway.journal.format import FLAG_COMPACTED, SegmentHeader
+from sluiceway.journal.parse import Incomplete, Invalid, ParsedBatch, iter_keys, parse_batch
 
 Key = tuple[bytes, bytes]
 

@@ -59,6 +59,15 @@ from sluiceway.journal.compaction import (
     select_removals,
 )
 from sluiceway.journal.consumers import OffsetLog, create_offset_log
+from sluiceway.journal.encode import (
+    encode_batch,
+    encode_many,
+    encode_single,
+    pack_i64,
+    pack_record_body,
+    pack_record_prefix,
+    stamp_offsets,
+)
 from sluiceway.journal.errors import (
     AppendAborted,
     CorruptRecordError,
@@ -71,7 +80,6 @@ from sluiceway.journal.errors import (
     JournalReadOnlyError,
 )
 from sluiceway.journal.format import (
-    _ZEROS,
     FLAG_NULL_VALUE,
     HEAD_SIZE,
     KIND_RECORD,
@@ -79,28 +87,24 @@ from sluiceway.journal.format import (
     MAX_NAMESPACE_BYTES,
     REC_CRC_START,
     REC_HEADER_SIZE,
+    ZEROS,
     HeadState,
+    decode_head,
+    decode_segment_header,
+    encode_head,
+    encode_pairs,
+    segment_name,
+)
+from sluiceway.journal.notify import Watcher, make_watcher
+from sluiceway.journal.parse import (
     Invalid,
     ParsedBatch,
     RecordProblem,
-    _pack_body,
-    _pack_i64,
-    _pack_prefix,
-    decode_head,
-    decode_segment_header,
-    encode_batch,
-    encode_head,
-    encode_many,
-    encode_pairs,
-    encode_single,
     iter_keys,
     iter_records,
     locate_damage,
-    segment_name,
-    stamp_offsets,
 )
-from sluiceway.journal.notify import Watcher, make_watcher
-from sluiceway.journal.record import _EPOCH, Record
+from sluiceway.journal.record import EPOCH, Record
 from sluiceway.journal.recovery import DamagedSegment, plan_recovery, scan_committed
 from sluiceway.journal.retention import SegmentStat, select_expired
 from sluiceway.journal.segment import (
@@ -161,7 +165,7 @@ def to_timestamp_us(timestamp: datetime | int | None, clock: Clock) -> int:
     if isinstance(timestamp, datetime):
         if timestamp.tzinfo is None:
             raise InvalidJournalRecord("timestamp", "naive datetime (give it a timezone)")
-        return (timestamp - _EPOCH) // _US
+        return (timestamp - EPOCH) // _US
     if isinstance(timestamp, int) and not isinstance(timestamp, bool):
         if not -(1 << 63) <= timestamp < 1 << 63:
             raise InvalidJournalRecord("timestamp", "out of the 64-bit microsecond range")
@@ -298,18 +302,18 @@ class AppendTransaction:
             ts = _time_ns() // 1000 if self._system_clock else self._clock()
         else:
             ts = to_timestamp_us(timestamp, self._clock)
-        # format.append_record, inlined: a function call is a tenth of the per-record budget.
+        # encode.append_record, inlined: a function call is a tenth of the per-record budget.
         # tests/unit/journal/test_format.py checks that both produce identical frames.
         nl, kl, vl, hl = len(nsb), len(kb), len(value), len(hb)
         used = REC_HEADER_SIZE + nl + kl + vl + hl
         if used > _MAX_FRAME:
             raise InvalidJournalRecord("value", "record larger than 4 GiB")
         body = b"".join(
-            (_pack_body(ts, KIND_RECORD, flags, nl, kl, vl, hl), nsb, kb, value, hb, _ZEROS[: -used & 7])
+            (pack_record_body(ts, KIND_RECORD, flags, nl, kl, vl, hl), nsb, kb, value, hb, ZEROS[: -used & 7])
         )
         length = len(body) + REC_CRC_START
         parts = self._parts
-        parts.append(_pack_prefix(length, _crc32c(body), 0))
+        parts.append(pack_record_prefix(length, _crc32c(body), 0))
         parts.append(body)
         self._lens.append(length)
 
@@ -361,7 +365,7 @@ class AppendTransaction:
         parts: list[bytes] = []
         lens = array("I")
         append_part, append_len = parts.append, lens.append
-        pack_body, pack_prefix, crc, zeros = _pack_body, _pack_prefix, _crc32c, _ZEROS
+        pack_body, pack_prefix, crc, zeros = pack_record_body, pack_record_prefix, _crc32c, ZEROS
         for key, value in records:
             if type(key) is not str:
                 raise InvalidJournalRecord("key", f"must be str, got {type(key).__name__}")
@@ -864,7 +868,7 @@ class Journal:
                 continue
             if n == 1 and len(tx._parts) == 2:
                 prefix, body = tx._parts
-                frames = b"".join((prefix[:8], _pack_i64(head), body))
+                frames = b"".join((prefix[:8], pack_i64(head), body))
             else:
                 only = tx._parts[0] if len(tx._parts) == 1 else None
                 # write_many's frames arrive as one bytearray: stamp them in place, no extra copy.

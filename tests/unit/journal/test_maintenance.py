@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sluiceway.journal import format as fmt
+from sluiceway.journal import parse
 from sluiceway.journal.compaction import (
     compact_segment_bytes,
     compaction_horizon,
@@ -60,7 +60,7 @@ def test_compact_segment_bytes_keeps_frames_and_offsets() -> None:
     # A batch emptied without register updates disappears entirely.
     body2, _ = compact_segment_bytes(buf, batches, {2, 3})
     assert [(b.first, b.count) for b in parse_all(body2)] == [(0, 2), (4, 1)]
-    kept = [r for b in parse_all(body2) for r in fmt.iter_records(body2, b, 0, 10)]
+    kept = [r for b in parse_all(body2) for r in parse.iter_records(body2, b, 0, 10)]
     assert [(r.offset, r.key, r.value) for r in kept] == [(0, "a", b"v0"), (1, "b", b"v1"), (4, "z", b"")]
 
 
