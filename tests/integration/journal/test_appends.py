@@ -131,9 +131,9 @@ def test_invalid_records_are_rejected_before_anything_is_written(journal: Journa
 # --- durability -----------------------------------------------------------------------------
 def test_segments_are_written_synchronously(path: str) -> None:
     with Journal.open(path) as j:
-        assert fcntl.fcntl(j._seg_fd, fcntl.F_GETFL) & os.O_DSYNC
+        assert fcntl.fcntl(j._writer.seg_fd, fcntl.F_GETFL) & os.O_DSYNC
     with Journal.open(path, fsync=False) as j:
-        assert not fcntl.fcntl(j._seg_fd, fcntl.F_GETFL) & os.O_DSYNC
+        assert not fcntl.fcntl(j._writer.seg_fd, fcntl.F_GETFL) & os.O_DSYNC
 
 
 def test_success_and_visibility_only_once_the_write_is_durable(
@@ -207,7 +207,7 @@ def test_group_commit_shares_one_durable_write_between_threads(
     pool = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
     for t in pool:
         t.start()
-    wait_until(lambda: len(journal._queue) >= threads - 1, timeout=10, message="appenders to queue")
+    wait_until(lambda: len(journal._writer._queue) >= threads - 1, timeout=10, message="appenders to queue")
     gate.set()
     for t in pool:
         t.join(20)

@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 from sluiceway.journal import encode, parse
 from sluiceway.journal import format as fmt
+from sluiceway.journal.append import AppendTransaction
 from sluiceway.journal.errors import InvalidJournalRecord
 from sluiceway.journal.format import FLAG_COMPACTED, HeadState
-from sluiceway.journal.journal import AppendTransaction
 from sluiceway.journal.parse import Incomplete, Invalid, ParsedBatch, RecordProblem
 from sluiceway.journal.record import Record
 
@@ -109,13 +109,13 @@ def test_frames_are_8_byte_aligned_and_crc_skips_only_the_offset() -> None:
     assert crc != fmt.crc32c(bytes(frame[fmt.REC_CRC_START :]))
 
 
-class _FakeJournal:
-    _clock = staticmethod(lambda: 7)
+class _FakeWriter:
+    clock = staticmethod(lambda: 7)
 
 
 def test_transaction_writes_produce_the_reference_encoding() -> None:
     """``write`` and ``write_many`` inline ``append_record`` for speed; all must agree byte for byte."""
-    tx = AppendTransaction(_FakeJournal(), None, {}, {})  # type: ignore[arg-type]
+    tx = AppendTransaction(_FakeWriter())  # type: ignore[arg-type]
     cases = [
         ("k", b"value", None, "", 5),
         ("ключ", None, [("h", "v"), ("é", "")], "ns", -3),
@@ -162,7 +162,7 @@ def test_encode_many_matches_append_record(
 
 @pytest.mark.parametrize("n", [2, 100])
 def test_write_many_is_all_or_nothing_per_call(n: int) -> None:
-    tx = AppendTransaction(_FakeJournal(), None, {}, {})  # type: ignore[arg-type]
+    tx = AppendTransaction(_FakeWriter())  # type: ignore[arg-type]
     tx.write("first", b"")
     good = [(f"k{i}", b"v") for i in range(n)]
     with pytest.raises(InvalidJournalRecord, match="value"):

@@ -10,8 +10,8 @@ from sluiceway.journal.compaction import (
     select_removals,
 )
 from sluiceway.journal.errors import ExpectationFailed
-from sluiceway.journal.journal import check_expectations
 from sluiceway.journal.retention import SegmentStat, select_expired
+from sluiceway.journal.writer import check_expectations
 from tests.unit.journal.test_arrow import parse_all
 from tests.unit.journal.test_format import build_batch
 
