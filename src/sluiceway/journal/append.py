@@ -10,8 +10,8 @@ Why it is shaped so:
   and is most of an append's CPU, so it inlines the reference encoder
   (:func:`sluiceway.journal.encode.append_record`, checked byte for byte by
   ``tests/unit/journal/test_format.py``), keeps exact-type fast paths on the main line and
-  sends the odd cases (``bytearray`` values, explicit timestamps) to helpers
-  off it. :meth:`~AppendTransaction.write_many` takes a vectorised encoder for bulk input.
+  sends the odd cases (``str`` or ``bytearray`` values, explicit timestamps) to helpers off
+  it. :meth:`~AppendTransaction.write_many` takes a vectorised encoder for bulk input.
 * **The transaction knows the writer only as a port** (:class:`Committer`): a clock and one
   ``commit`` verb that takes the encoded frames and the append's expectations and returns the
   offsets, once durable. The writer never sees this class.
@@ -166,6 +166,18 @@ def _as_bytes(value: object) -> bytes:
     raise InvalidJournalRecord("value", f"must be bytes or None, got {type(value).__name__}")
 
 
+def _value_bytes(value: object) -> bytes:
+    """``write``'s value off the fast path: ``str`` as UTF-8 (as confluent-kafka's producer does)."""
+    if isinstance(value, str):
+        try:
+            return value.encode()
+        except UnicodeEncodeError as exc:
+            raise InvalidJournalRecord("value", f"not encodable as UTF-8: {exc.reason}") from None
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise InvalidJournalRecord("value", f"must be str, bytes or None, got {type(value).__name__}")
+
+
 _MAX_FRAME = MAX_FIELD_BYTES - 8
 _BULK_MIN = 32  # write_many switches to the vectorised encoder from this many records
 # Transaction states; OPEN is 0 so the per-record check is a plain truth test.
@@ -206,14 +218,19 @@ class AppendTransaction:
     def write(
         self,
         key: str,
-        value: bytes | bytearray | memoryview | None,
+        value: str | bytes | bytearray | memoryview | None,
         headers: list[tuple[str, str]] | None = None,
         namespace: str = "",
         timestamp: datetime | int | None = None,
     ) -> None:
         """Add one record to the append. ``value=None`` writes a tombstone.
 
+        ``key`` is a ``str``; ``value`` is bytes (``bytes``, ``bytearray``, ``memoryview``) or a
+        ``str``, which is stored encoded as UTF-8 (as confluent-kafka's producer does).
         ``timestamp`` is an aware ``datetime`` or microseconds since the epoch; default now.
+
+        >>> with journal.append() as tx:                                # doctest: +SKIP
+        ...     tx.write("order-1", '{"total": 12}', namespace="orders")
         """
         if self._state:
             self._not_open()
@@ -232,7 +249,7 @@ class AppendTransaction:
         else:
             flags = 0
             if type(value) is not bytes:
-                value = _as_bytes(value)
+                value = _value_bytes(value)
         hb = _encode_headers(headers) if headers else b""
         if timestamp is None:
             ts = _time_ns() // 1000 if self._system_clock else self._clock()

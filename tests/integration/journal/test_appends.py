@@ -65,6 +65,23 @@ def test_commit_assigns_contiguous_offsets_and_records_read_back(journal: Journa
     assert journal.head == 4
 
 
+def test_write_takes_str_values_as_utf8_like_a_kafka_producer(journal: Journal) -> None:
+    with journal.append() as tx:
+        tx.write("a", "prix: 12 €", namespace="orders")
+        tx.write("b", "")
+        tx.write("c", memoryview(b"raw"))
+        with pytest.raises(InvalidJournalRecord, match="value"):
+            tx.write("d", "\ud800")  # a lone surrogate has no UTF-8 form
+        with pytest.raises(InvalidJournalRecord, match="key"):
+            tx.write(b"e", "v")  # type: ignore[arg-type]  # keys stay str, as before
+    assert tx.offsets == range(0, 3)
+    assert [(r.key, r.value) for r in journal.read()] == [
+        ("a", "prix: 12 €".encode()),
+        ("b", b""),
+        ("c", b"raw"),
+    ]
+
+
 def test_abort_and_exception_leave_nothing(journal: Journal, path: str) -> None:
     append(journal, ("keep", b"1"))
     before = sizes(path)
@@ -115,7 +132,7 @@ def test_invalid_records_are_rejected_before_anything_is_written(journal: Journa
         with pytest.raises(InvalidJournalRecord, match="key"):
             tx.write(1, b"")  # type: ignore[arg-type]
         with pytest.raises(InvalidJournalRecord, match="value"):
-            tx.write("k", "text")  # type: ignore[arg-type]
+            tx.write("k", 1)  # type: ignore[arg-type]
         with pytest.raises(InvalidJournalRecord, match="headers"):
             tx.write("k", b"", headers=[("a", 1)])  # type: ignore[list-item]
         with pytest.raises(InvalidJournalRecord, match="timestamp"):

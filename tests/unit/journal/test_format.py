@@ -121,11 +121,12 @@ def test_transaction_writes_produce_the_reference_encoding() -> None:
         ("ключ", None, [("h", "v"), ("é", "")], "ns", -3),
         ("", b"", [], "", 0),
         ("k2", bytearray(b"x" * 13), None, "", None),  # default timestamp: the injected clock
+        ("k3", "välue", None, "", 1),  # str: stored as UTF-8
     ]
     want = bytearray()
     for key, value, headers, ns, ts in cases:
         tx.write(key, value, headers=headers, namespace=ns, timestamp=ts)
-        v = bytes(value) if value is not None else None
+        v = value.encode() if isinstance(value, str) else bytes(value) if value is not None else None
         encode.append_record(
             want, ns.encode(), key.encode(), v, fmt.encode_pairs(headers or []), 7 if ts is None else ts
         )
@@ -138,7 +139,7 @@ def test_transaction_writes_produce_the_reference_encoding() -> None:
     for key, value in bulk:
         encode.append_record(want, b"", key.encode(), value, b"", -1)
     assert b"".join(tx._parts) == bytes(want)
-    assert tx.count == len(tx._lens) == 107 and sum(tx._lens) == len(want)
+    assert tx.count == len(tx._lens) == 108 and sum(tx._lens) == len(want)
 
 
 @settings(max_examples=40, deadline=None)
