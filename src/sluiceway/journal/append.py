@@ -309,7 +309,7 @@ class AppendTransaction:
                     raise InvalidJournalRecord("key", f"not encodable as UTF-8: {exc.reason}") from None
                 if int(flens.max()) > _MAX_FRAME:
                     raise InvalidJournalRecord("value", "record larger than 4 GiB")
-                # One part holding many frames: _flush joins parts, it does not care how they split.
+                # One part holding many frames: the writer joins parts, it does not care how they split.
                 self._parts.append(frames)
                 self._lens.frombytes(flens.astype("I").tobytes())  # native uint, as array("I")
                 return len(flens)

@@ -7,7 +7,8 @@ batch that lost records are re-encoded, flagged ``COMPACTED`` because its offset
 The active segment is never compacted. Tombstones are kept like any other latest record.
 
 The selection is pure (``latest_offsets``, ``select_removals``, ``compact_segment_bytes``) and
-unit-tested; the journal does the file replacement (temporary file, fsync, rename).
+unit-tested; :mod:`sluiceway.journal.maintenance` does the file replacement (temporary file,
+fsync, rename).
 """
 
 from __future__ import annotations
