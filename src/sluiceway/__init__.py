@@ -14,12 +14,15 @@ from typing import Any
 
 from sluiceway.errors import (
     ConfigError,
+    ConflictError,
     DatabaseError,
     DatabaseUnavailableError,
+    DeadlockError,
     InvalidIdentifierError,
     InvalidRecordError,
     InvariantViolation,
     LeadershipError,
+    LockTimeoutError,
     PublishError,
     SluicewayError,
     UnsupportedDsnError,
@@ -41,8 +44,10 @@ _LAZY = {
 
 __all__ = [
     "ConfigError",
+    "ConflictError",
     "DatabaseError",
     "DatabaseUnavailableError",
+    "DeadlockError",
     "Feed",
     "FeedWorker",
     "Harvest",
@@ -52,6 +57,7 @@ __all__ = [
     "InvariantViolation",
     "Journal",
     "LeadershipError",
+    "LockTimeoutError",
     "OutboxRecord",
     "Pipeline",
     "PipelineSpec",
