@@ -10,7 +10,7 @@ Public API (everything else is internal)::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluiceway.errors import (
     ConfigError,
@@ -29,6 +29,13 @@ from sluiceway.errors import (
 )
 from sluiceway.outbox import OutboxRecord, PreparedStash, Stasher
 
+if TYPE_CHECKING:  # what the lazy names below are, for type checkers and IDEs
+    from sluiceway.feed import Feed, FeedWorker
+    from sluiceway.harvest import Harvest, HarvestConfig
+    from sluiceway.journal import Journal
+    from sluiceway.pipeline import Pipeline, PipelineSpec
+
+#: The one version source: hatch reads it from here into the package metadata.
 __version__ = "0.1.0"
 
 # Heavier parts load on first use, so `import sluiceway` stays cheap for a service that only stashes.
