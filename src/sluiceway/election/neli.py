@@ -96,6 +96,13 @@ class KafkaElection:
     def _run(self, campaign: NeliCampaign) -> None:
         from confluent_kafka import Consumer, KafkaError, Producer
 
+        # The broker (or librdkafka) does not know the leader topic: deleted, or the broker lost its state.
+        unknown_topic = {
+            KafkaError.UNKNOWN_TOPIC_OR_PART,
+            KafkaError.UNKNOWN_TOPIC_ID,
+            KafkaError._UNKNOWN_TOPIC,
+        }
+
         consumer_conf = {
             **self.kafka_config,
             "group.id": self.group_id,
@@ -128,7 +135,7 @@ class KafkaElection:
                 if error is not None and now >= next_topic_check:
                     # A broker that lost its state (or a deleted topic): put the leader topic back.
                     log.debug("NELI consumer: %s", error)
-                    if error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                    if error.code() in unknown_topic:
                         self._ensure_topic()
                     next_topic_check = now + 1.0
                 if msg is not None and error is None:
