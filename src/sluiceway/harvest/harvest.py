@@ -8,11 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sluiceway.election.protocol import LeaderElection
 from sluiceway.errors import SluicewayError
 from sluiceway.harvest.config import HarvestConfig
 from sluiceway.harvest.engine import Engine, EngineLimits
 from sluiceway.harvest.events import Event, LeaderAcquired, LeaderFenced, LeaderRevoked
-from sluiceway.harvest.ports import LeaderElection, OutboxStore, Publisher
+from sluiceway.harvest.ports import OutboxStore, Publisher
 
 log = logging.getLogger("sluiceway.harvest")
 
