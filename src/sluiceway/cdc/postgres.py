@@ -418,7 +418,7 @@ class CdcSession:
             where = f"WHERE ({keys}) > ({', '.join(['%s'] * len(table.key))})" if after else ""
             texts = ", ".join(f"x.{quote(k)}::text" for k in table.key)
             sql = (
-                f"SELECT {texts}, row_to_json(x)::text FROM "
+                f"SELECT {texts}, row_to_json(x.*)::text FROM "
                 f"(SELECT {select} FROM {table.sql_name} {where} ORDER BY {keys} LIMIT %s) x"
             )
             params = [*(after or []), size]
@@ -454,19 +454,20 @@ class CdcSession:
             "cdc: table size",
         )[0]
         first = int(after[0]) if after else 0
-        per_page = max(1.0, float(tuples) / max(1, int(pages)))
+        # Rows per page from the planner's statistics; a table never analysed gets a guess.
+        per_page = float(tuples) / max(1, int(pages)) if float(tuples) > 0 else 64.0
         span = max(1, int(size / per_page))
         end = first + span
         if end >= int(pages):
             return (
-                f"SELECT row_to_json(x)::text FROM (SELECT {select} FROM {table.sql_name} "
+                f"SELECT row_to_json(x.*)::text FROM (SELECT {select} FROM {table.sql_name} "
                 "WHERE ctid >= %s::tid) x",
                 [f"({first},0)"],
                 [str(end)],
                 True,
             )
         return (
-            f"SELECT row_to_json(x)::text FROM (SELECT {select} FROM {table.sql_name} "
+            f"SELECT row_to_json(x.*)::text FROM (SELECT {select} FROM {table.sql_name} "
             "WHERE ctid >= %s::tid AND ctid < %s::tid) x",
             [f"({first},0)", f"({end},0)"],
             [str(end)],

@@ -203,18 +203,26 @@ class CdcReader:
                     "slot dropped and created again?). Start the pipeline from a fresh checkpoint to copy "
                     "the tables again."
                 )
-            # upto_nchanges counts every message (begin, relation, commit…): ask for some more.
-            rows = session.peek(opts.slot, opts.publication, upto, None if limit is None else 2 * limit + 64)
-        return assemble(
-            rows,
-            start=start,
-            upper=upto,
-            limit=limit,
-            prefix=self.prefix,
-            tables=self.table_infos(),
-            types=session.types,
-            chunks=self.state.load_chunk,
-        )
+            # upto_nchanges counts every message (begin, relation, commit…) from the slot's confirmed
+            # position — including what this sink already has when a slower sink holds the slot.
+            # Ask for a little more than the batch, and for more again while that falls short.
+            wanted = None if limit is None else 2 * limit + 64
+            while True:
+                rows = session.peek(opts.slot, opts.publication, upto, wanted)
+                asm = assemble(
+                    rows,
+                    start=start,
+                    upper=upto,
+                    limit=limit,
+                    prefix=self.prefix,
+                    tables=self.table_infos(),
+                    types=session.types,
+                    chunks=self.state.load_chunk,
+                )
+                truncated = wanted is not None and len(rows) >= wanted
+                if not truncated or limit is None or len(asm.columns) >= limit or asm.pending is not None:
+                    return asm
+                wanted = wanted * 4
 
     def _close_pending(self, chunk: int) -> int | None:
         """A window with no close in the decoded WAL: where it closes, closing it if its taker died."""
