@@ -7,29 +7,7 @@ import pytest
 from sluiceway.config import interpolate, parse_duration
 from sluiceway.errors import ConfigError
 from sluiceway.harvest.config import HarvestConfig
-
-# goharvest's reaper.yaml from its README, verbatim.
-GOHARVEST_YAML = """\
-harvest:
-  baseKafkaConfig: 
-    bootstrap.servers: localhost:9092
-  producerKafkaConfig:
-    compression.type: lz4
-    delivery.timeout.ms: 10000
-  leaderTopic: my-app-name
-  leaderGroupID: my-app-name
-  dataSource: host=localhost port=5432 user=postgres password= dbname=postgres sslmode=disable
-  outboxTable: outbox
-  limits:
-    minPollInterval: 1s
-    heartbeatTimeout: 5s
-    maxInFlightRecords: 1000
-    minMetricsInterval: 5s
-    sendConcurrency: 4
-    sendBuffer: 10
-logging:
-  level: Debug
-"""
+from tests.support.harvest import GOHARVEST_YAML
 
 
 def write(tmp_path: Path, text: str) -> Path:

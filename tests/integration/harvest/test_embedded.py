@@ -16,8 +16,8 @@ from sluiceway.journal import Journal
 from sluiceway.outbox import init_outbox
 from sluiceway.outbox.record import MarkedRecord
 from sluiceway.testing import wait_until
-from tests.chaos.harness import outbox_count
-from tests.integration.harvest.helpers import Recorder
+from tests.support.harvest import Recorder
+from tests.support.outbox import outbox_count
 
 
 def test_embedded_harvest_into_journal(tmp_path: Path) -> None:

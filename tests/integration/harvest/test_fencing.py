@@ -14,8 +14,8 @@ from sluiceway.db import Database
 from sluiceway.harvest import LeaderAcquired, LeaderFenced
 from sluiceway.outbox import init_outbox
 from sluiceway.testing import Broker, free_port, wait_until
-from tests.chaos.harness import outbox_count
-from tests.integration.harvest.helpers import Recorder, kafka_config, started
+from tests.support.harvest import Recorder, kafka_config, started
+from tests.support.outbox import outbox_count
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -17,8 +17,8 @@ from sluiceway import OutboxRecord, Stasher
 from sluiceway.db import Database
 from sluiceway.outbox import init_outbox
 from sluiceway.testing import Broker, free_port, wait_until
-from tests.chaos.harness import outbox_count
-from tests.unit.test_config import GOHARVEST_YAML
+from tests.support.harvest import GOHARVEST_YAML
+from tests.support.outbox import outbox_count
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 

@@ -19,6 +19,7 @@ from sluiceway.journal.format import (
 )
 from sluiceway.journal.journal import AppendTransaction
 from sluiceway.journal.record import Record
+from tests.support.journal_format import build_batch, parse_ok
 
 text = st.text(max_size=20)
 records_st = st.lists(
@@ -31,28 +32,6 @@ records_st = st.lists(
     ),
     max_size=12,
 )
-
-
-def build_batch(
-    records: list[tuple[str, str, bytes | None, list[tuple[str, str]], int]],
-    first: int,
-    registers: dict[str, str] | None = None,
-) -> bytes:
-    frames = bytearray()
-    lens = []
-    for ns, key, value, headers, ts in records:
-        lens.append(
-            fmt.append_record(frames, ns.encode(), key.encode(), value, fmt.encode_pairs(headers), ts)
-        )
-    arr = np.asarray(lens, dtype=np.uint32)
-    fmt.stamp_offsets(frames, arr, first)
-    return b"".join(fmt.encode_batch(bytes(frames), arr, first, 1234, registers))
-
-
-def parse_ok(buf: bytes, pos: int = 0) -> ParsedBatch:
-    parsed = fmt.parse_batch(buf, pos)
-    assert isinstance(parsed, ParsedBatch), parsed
-    return parsed
 
 
 # --- pairs ----------------------------------------------------------------------------------

@@ -1,3 +1,5 @@
+"""Embedded harvesters in tests: a configuration for the test broker, and an event recorder."""
+
 from __future__ import annotations
 
 import threading
@@ -5,6 +7,29 @@ from typing import Any
 
 from sluiceway.harvest import Harvest, HarvestConfig
 from sluiceway.harvest.events import Event
+
+# goharvest's reaper.yaml from its README, verbatim.
+GOHARVEST_YAML = """\
+harvest:
+  baseKafkaConfig: 
+    bootstrap.servers: localhost:9092
+  producerKafkaConfig:
+    compression.type: lz4
+    delivery.timeout.ms: 10000
+  leaderTopic: my-app-name
+  leaderGroupID: my-app-name
+  dataSource: host=localhost port=5432 user=postgres password= dbname=postgres sslmode=disable
+  outboxTable: outbox
+  limits:
+    minPollInterval: 1s
+    heartbeatTimeout: 5s
+    maxInFlightRecords: 1000
+    minMetricsInterval: 5s
+    sendConcurrency: 4
+    sendBuffer: 10
+logging:
+  level: Debug
+"""
 
 
 def kafka_config(dsn: str, bootstrap: str, name: str, **extra: Any) -> HarvestConfig:
