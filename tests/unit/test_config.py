@@ -6,6 +6,7 @@ import pytest
 
 from sluiceway.config import interpolate, parse_duration
 from sluiceway.errors import ConfigError
+from sluiceway.harvest import Harvest
 from sluiceway.harvest.config import HarvestConfig
 from tests.support.harvest import GOHARVEST_YAML
 
@@ -29,6 +30,21 @@ def test_goharvest_reaper_yaml_loads_unchanged(tmp_path: Path) -> None:
     assert limits.send_concurrency == 4
     assert limits.max_poll_interval == 2.5  # heartbeatTimeout / 2
     assert cfg.logging.python_level == 10
+
+
+def test_goharvests_sample_data_source_is_warned_about_when_the_harvester_loads_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its "password= dbname=postgres" gives libpq no database name (harmless only because the user
+    # is also called postgres). Constructing the harvester connects to nothing.
+    Harvest(HarvestConfig.from_file(write(tmp_path, GOHARVEST_YAML)))
+    (record,) = [r for r in caplog.records if r.name == "sluiceway.harvest"]
+    assert record.levelname == "WARNING"
+    assert record.getMessage().startswith("dataSource: password= is empty but followed by a space")
+    caplog.clear()
+    fixed = GOHARVEST_YAML.replace("password= dbname", "password='' dbname")
+    Harvest(HarvestConfig.from_file(write(tmp_path, fixed)))
+    assert not [r for r in caplog.records if r.name == "sluiceway.harvest"]
 
 
 def test_goharvest_defaults() -> None:

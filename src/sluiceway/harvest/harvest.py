@@ -8,11 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sluiceway.db import Database, dsn_warnings
 from sluiceway.errors import SluicewayError
 from sluiceway.harvest.config import HarvestConfig
 from sluiceway.harvest.engine import Engine, EngineLimits
 from sluiceway.harvest.events import Event, LeaderAcquired, LeaderFenced, LeaderRevoked
 from sluiceway.harvest.ports import LeaderElection, OutboxStore, Publisher
+from sluiceway.outbox.table import OutboxLocation, locate_outbox
 
 log = logging.getLogger("sluiceway.harvest")
 
@@ -64,6 +66,12 @@ class Harvest:
             config = HarvestConfig.from_file(config)
         self.config = config
         h = config.harvest
+        if store_factory is None or (election is None and h.election_kind == "database"):
+            # The data source is used: say now if it does not say what its author meant.
+            for warning in dsn_warnings(h.data_source):
+                log.warning("dataSource: %s", warning)
+        self._source: OutboxLocation | None = None
+        self._checks_source = store_factory is None
         self._store_factory = store_factory or self._default_store_factory()
         self._publisher_factory = publisher_factory or self._default_publisher_factory()
         self.election = election or self._default_election()
@@ -92,6 +100,20 @@ class Harvest:
         self._thread = threading.Thread(target=self._run, name=f"sluice-harvest-{self.name}", daemon=True)
         self._thread.start()
         return self
+
+    def check_source(self) -> OutboxLocation:
+        """Connect to the outbox database, find the outbox table, and log which database that is.
+
+        Raises :class:`~sluiceway.errors.DatabaseUnavailableError` when the database cannot be
+        reached and :class:`~sluiceway.errors.ConfigError` when the table is not there.
+        ``sluice reap`` calls it before ``start``; otherwise the harvester thread logs the same
+        line when it starts (or a warning, and carries on as before, if it cannot).
+        """
+        h = self.config.harvest
+        with Database(h.data_source) as db:
+            self._source = locate_outbox(db, h.outbox_table)
+        log.info("outbox %s found in %s database %r", h.outbox_table, db.dialect.value, self._source.database)
+        return self._source
 
     def stop(self) -> None:
         """Stop marking, let in-flight deliveries finish (or leave them for the next leader), release
@@ -131,6 +153,11 @@ class Harvest:
             handler(event)
 
     def _run(self) -> None:
+        if self._checks_source and self._source is None:
+            try:
+                self.check_source()
+            except Exception as exc:  # only a log line: the election and the terms retry on their own
+                log.warning("outbox not reachable yet: %s", " ".join(str(exc).split()))
         try:
             while not self._stopping.is_set():
                 with self._leadership:
