@@ -246,7 +246,7 @@ class Harvest:
 
         # A fresh client per leadership term (nothing a fenced term queued can leak into the next),
         # taken from a warm spare so a new leader publishes at once.
-        spares = SparePublishers(h.producer_config)
+        spares = SparePublishers(self._kafka_log().apply(h.producer_config))
         self._spares = spares
         return spares.take
 
@@ -257,7 +257,7 @@ class Harvest:
             from sluiceway.election.neli import KafkaElection
 
             return KafkaElection(
-                h.kafka_config,
+                self._kafka_log().apply(h.kafka_config),
                 h.topic_for_leader,
                 h.group_id,
                 heartbeat_timeout=lim.heartbeat_timeout,
@@ -270,12 +270,23 @@ class Harvest:
         return DatabaseLease(h.data_source, h.election_name, ttl=ttl)
 
     _spares: Any = None
+    _client_log: Any = None
+
+    def _kafka_log(self) -> Any:
+        """One rate-limited log for every Kafka client of this harvester (see ``ClientLog``)."""
+        if self._client_log is None:
+            from sluiceway.harvest.kafka import ClientLog
+
+            self._client_log = ClientLog()
+        return self._client_log
 
     def _close_shared(self) -> None:
         if self._spares is not None:
             self._spares.close()
         if self._metrics is not None:
             self._metrics.close()
+        if self._client_log is not None:
+            self._client_log.flush()
 
 
 class _Listener:
