@@ -3,6 +3,7 @@ start-up check of the outbox database, goharvest's DSN trap, and an unreachable 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -26,6 +28,19 @@ from tests.support.harvest import GOHARVEST_YAML
 from tests.support.outbox import outbox_count
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
+
+
+@contextlib.contextmanager
+def reaper_process(args: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A reaper process with its stdout and stderr in ``log``; killed if a test leaves it running."""
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen(args, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_goharvest_reaper_yaml_runs_and_stops_cleanly_on_sigterm(
@@ -50,13 +65,9 @@ def test_goharvest_reaper_yaml_runs_and_stops_cleanly_on_sigterm(
     metrics_port = free_port()
     reaper = shutil.which("reaper", path=os.path.dirname(sys.executable)) or "reaper"
     log = tmp_path / "reaper.log"
-    with open(log, "wb") as sink:
-        proc = subprocess.Popen(
-            [reaper, "-f", str(config), "--metrics-addr", f"127.0.0.1:{metrics_port}"],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
-    try:
+    with reaper_process(
+        [reaper, "-f", str(config), "--metrics-addr", f"127.0.0.1:{metrics_port}"], log
+    ) as proc:
         wait_until(
             lambda: outbox_count(postgres_dsn) == 0, timeout=60, message="the reaper to drain the outbox"
         )
@@ -71,10 +82,6 @@ def test_goharvest_reaper_yaml_runs_and_stops_cleanly_on_sigterm(
         wait_until(scraped, timeout=10, message="metrics to show leadership")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     output = log.read_text()
     assert "received SIGTERM" in output and "harvester stopped" in output
     assert "LeaderRevoked" in output
@@ -147,12 +154,18 @@ def goharvest_style(postgres_dsn: str, password: str) -> str:
     return f"host={host} port={port} user={user} {password} dbname={dbname}"
 
 
-def test_goharvests_dsn_trap_is_named_and_so_is_the_database_it_reached(
-    postgres_dsn: str, tmp_path: Path
-) -> None:
-    table = f"outbox_{uuid.uuid4().hex[:8]}"
+@pytest.fixture
+def table(postgres_dsn: str) -> str:
+    """An outbox of this test's own in the module's PostgreSQL database."""
+    name = f"outbox_{uuid.uuid4().hex[:8]}"
     with Database(postgres_dsn) as db:
-        init_outbox(db, table)
+        init_outbox(db, name)
+    return name
+
+
+def test_goharvests_dsn_trap_is_named_and_so_is_the_database_it_reached(
+    postgres_dsn: str, table: str, tmp_path: Path
+) -> None:
     # goharvest's "password= dbname=…": libpq reads "dbname=…" as the password and connects to the
     # database named after the user, where this test's outbox table is not.
     result = reap(
@@ -170,30 +183,17 @@ def test_goharvests_dsn_trap_is_named_and_so_is_the_database_it_reached(
 
 
 def test_an_unreachable_broker_is_a_warning_every_ten_seconds_not_a_flood(
-    postgres_dsn: str, tmp_path: Path
+    postgres_dsn: str, table: str, tmp_path: Path
 ) -> None:
-    table = f"outbox_{uuid.uuid4().hex[:8]}"
-    with Database(postgres_dsn) as db:
-        init_outbox(db, table)
     config = reaper_yaml(tmp_path / "reaper.yaml", goharvest_style(postgres_dsn, "password=''"), table=table)
     log = tmp_path / "reaper.log"
     started = time.monotonic()
-    with open(log, "wb") as sink:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "sluiceway.cli.main", "reap", "-f", str(config)],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
-    try:
+    with reaper_process([sys.executable, "-m", "sluiceway.cli.main", "reap", "-f", str(config)], log) as proc:
         # Leading, with a publisher whose broker connections are refused every ~50 ms.
         wait_until(lambda: "LeaderAcquired" in log.read_text(), timeout=60, message="leadership")
         time.sleep(3)  # watch a few seconds of refused connections (nothing to wait for here)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     ran_for = time.monotonic() - started
     lines = log.read_text().splitlines()
     dbname = conninfo_to_dict(postgres_dsn)["dbname"]
