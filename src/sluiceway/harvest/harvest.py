@@ -6,7 +6,7 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluiceway.db import Database, dsn_warnings
 from sluiceway.errors import SluicewayError
@@ -15,6 +15,9 @@ from sluiceway.harvest.engine import Engine, EngineLimits
 from sluiceway.harvest.events import Event, LeaderAcquired, LeaderFenced, LeaderRevoked
 from sluiceway.harvest.ports import LeaderElection, OutboxStore, Publisher
 from sluiceway.outbox.table import OutboxLocation, locate_outbox
+
+if TYPE_CHECKING:
+    from sluiceway.harvest.kafka import ClientLog
 
 log = logging.getLogger("sluiceway.harvest")
 
@@ -270,9 +273,9 @@ class Harvest:
         return DatabaseLease(h.data_source, h.election_name, ttl=ttl)
 
     _spares: Any = None
-    _client_log: Any = None
+    _client_log: ClientLog | None = None
 
-    def _kafka_log(self) -> Any:
+    def _kafka_log(self) -> ClientLog:
         """One rate-limited log for every Kafka client of this harvester (see ``ClientLog``)."""
         if self._client_log is None:
             from sluiceway.harvest.kafka import ClientLog
