@@ -10,22 +10,32 @@ Public API (everything else is internal)::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluiceway.errors import (
     ConfigError,
+    ConflictError,
     DatabaseError,
     DatabaseUnavailableError,
+    DeadlockError,
     InvalidIdentifierError,
     InvalidRecordError,
     InvariantViolation,
     LeadershipError,
+    LockTimeoutError,
     PublishError,
     SluicewayError,
     UnsupportedDsnError,
 )
 from sluiceway.outbox import OutboxRecord, PreparedStash, Stasher
 
+if TYPE_CHECKING:  # what the lazy names below are, for type checkers and IDEs
+    from sluiceway.feed import Feed, FeedWorker
+    from sluiceway.harvest import Harvest, HarvestConfig
+    from sluiceway.journal import Journal
+    from sluiceway.pipeline import Pipeline, PipelineSpec
+
+#: The one version source: hatch reads it from here into the package metadata.
 __version__ = "0.1.0"
 
 # Heavier parts load on first use, so `import sluiceway` stays cheap for a service that only stashes.
@@ -41,8 +51,10 @@ _LAZY = {
 
 __all__ = [
     "ConfigError",
+    "ConflictError",
     "DatabaseError",
     "DatabaseUnavailableError",
+    "DeadlockError",
     "Feed",
     "FeedWorker",
     "Harvest",
@@ -52,6 +64,7 @@ __all__ = [
     "InvariantViolation",
     "Journal",
     "LeadershipError",
+    "LockTimeoutError",
     "OutboxRecord",
     "Pipeline",
     "PipelineSpec",

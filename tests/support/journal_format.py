@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from sluiceway.journal import encode, parse
 from sluiceway.journal import format as fmt
-from sluiceway.journal.format import ParsedBatch
+from sluiceway.journal.parse import ParsedBatch
 
 
 def build_batch(
@@ -17,15 +18,15 @@ def build_batch(
     lens = []
     for ns, key, value, headers, ts in records:
         lens.append(
-            fmt.append_record(frames, ns.encode(), key.encode(), value, fmt.encode_pairs(headers), ts)
+            encode.append_record(frames, ns.encode(), key.encode(), value, fmt.encode_pairs(headers), ts)
         )
     arr = np.asarray(lens, dtype=np.uint32)
-    fmt.stamp_offsets(frames, arr, first)
-    return b"".join(fmt.encode_batch(bytes(frames), arr, first, 1234, registers))
+    encode.stamp_offsets(frames, arr, first)
+    return b"".join(encode.encode_batch(bytes(frames), arr, first, 1234, registers))
 
 
 def parse_ok(buf: bytes, pos: int = 0) -> ParsedBatch:
-    parsed = fmt.parse_batch(buf, pos)
+    parsed = parse.parse_batch(buf, pos)
     assert isinstance(parsed, ParsedBatch), parsed
     return parsed
 

@@ -1,5 +1,16 @@
 """Configuration: YAML with ${ENV} interpolation, validated by pydantic at the edge."""
 
 from sluiceway.config.loader import interpolate, load_file, load_yaml, parse_duration, validate
+from sluiceway.config.types import Duration, SqlIdentifier, StrictModel, TableName
 
-__all__ = ["interpolate", "load_file", "load_yaml", "parse_duration", "validate"]
+__all__ = [
+    "Duration",
+    "SqlIdentifier",
+    "StrictModel",
+    "TableName",
+    "interpolate",
+    "load_file",
+    "load_yaml",
+    "parse_duration",
+    "validate",
+]

@@ -14,7 +14,14 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from sluiceway.db.dsn import DataSource, Dialect, parse_dsn
-from sluiceway.errors import DatabaseError, DatabaseUnavailableError, SluicewayError
+from sluiceway.errors import (
+    ConflictError,
+    DatabaseError,
+    DatabaseUnavailableError,
+    DeadlockError,
+    LockTimeoutError,
+    SluicewayError,
+)
 
 Params = dict[str, Any] | Sequence[Any] | None
 
@@ -26,21 +33,60 @@ def _driver_errors() -> tuple[type[BaseException], ...]:
     return (psycopg.Error, pymysql.err.Error, sqlite3.Error)
 
 
-def _is_unavailable(exc: BaseException) -> bool:
+# Driver errors are classified by code, never by message text (messages are localised, reworded
+# between versions, and may quote user data).
+_PG_CONFLICTS: dict[str, type[DatabaseError]] = {
+    "40001": ConflictError,  # serialization_failure: the transaction was rolled back
+    "40P01": DeadlockError,  # deadlock_detected: likewise
+}
+_PG_LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout expired, or NOWAIT found the row locked
+_MYSQL_DEADLOCK = 1213  # ER_LOCK_DEADLOCK: InnoDB rolled the whole transaction back
+_MYSQL_LOCK_WAIT_TIMEOUT = 1205  # ER_LOCK_WAIT_TIMEOUT: only the statement (innodb_rollback_on_timeout=OFF)
+_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_CANTOPEN = 5, 6, 14  # primary result codes
+_SQLITE_BUSY_SNAPSHOT = 517  # WAL: our read snapshot went stale before our write; retry the transaction
+
+
+def _classify(exc: BaseException) -> tuple[type[DatabaseError], str | None]:
+    """Our error type for a driver exception, and the driver's code (as text) when it has one."""
     import psycopg
     import pymysql
 
-    if isinstance(exc, psycopg.OperationalError | pymysql.err.OperationalError | pymysql.err.InterfaceError):
-        return True
-    return isinstance(exc, sqlite3.OperationalError) and "unable to open" in str(exc)
+    if isinstance(exc, psycopg.Error):
+        state = exc.sqlstate
+        if state in _PG_CONFLICTS:
+            return _PG_CONFLICTS[state], state
+        if state == _PG_LOCK_NOT_AVAILABLE:
+            return LockTimeoutError, state
+        return (
+            DatabaseUnavailableError if isinstance(exc, psycopg.OperationalError) else DatabaseError
+        ), state
+    if isinstance(exc, pymysql.err.Error):
+        errno = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+        code = None if errno is None else str(errno)
+        if errno == _MYSQL_DEADLOCK:
+            return DeadlockError, code
+        if errno == _MYSQL_LOCK_WAIT_TIMEOUT:
+            return LockTimeoutError, code
+        unavailable = isinstance(exc, pymysql.err.OperationalError | pymysql.err.InterfaceError)
+        return (DatabaseUnavailableError if unavailable else DatabaseError), code
+    if isinstance(exc, sqlite3.Error):
+        extended: int | None = getattr(exc, "sqlite_errorcode", None)
+        name: str | None = getattr(exc, "sqlite_errorname", None)
+        if extended == _SQLITE_BUSY_SNAPSHOT:
+            return ConflictError, name
+        primary = None if extended is None else extended & 0xFF
+        if primary in (_SQLITE_BUSY, _SQLITE_LOCKED):
+            return LockTimeoutError, name
+        return (DatabaseUnavailableError if primary == _SQLITE_CANTOPEN else DatabaseError), name
+    return DatabaseError, None
 
 
 def map_db_error(exc: BaseException, what: str) -> SluicewayError:
     """Translate a driver exception into our tree; the one place that knows driver types."""
     if isinstance(exc, SluicewayError):
         return exc
-    cls = DatabaseUnavailableError if _is_unavailable(exc) else DatabaseError
-    return cls(f"{what}: {type(exc).__name__}: {str(exc).strip()}")
+    cls, code = _classify(exc)
+    return cls(f"{what}: {type(exc).__name__}: {str(exc).strip()}", code=code)
 
 
 def open_raw(source: DataSource, *, connect_timeout: float = 5.0) -> Any:
@@ -68,10 +114,12 @@ def open_raw(source: DataSource, *, connect_timeout: float = 5.0) -> Any:
             autocommit=True,
             connect_timeout=connect_timeout,
             charset="utf8mb4",
-            **kwargs,  # type: ignore[arg-type]
+            **kwargs,
         )
     except _driver_errors() as exc:
-        raise DatabaseUnavailableError(f"cannot connect to {source.redacted()}: {str(exc).strip()}") from exc
+        raise DatabaseUnavailableError(
+            f"cannot connect to {source.redacted()}: {str(exc).strip()}", code=_classify(exc)[1]
+        ) from exc
 
 
 class Database:

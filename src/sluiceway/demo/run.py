@@ -297,6 +297,7 @@ def _start_harvester(dsn: str, journal_path: Path, kafka: str | None, root: Path
 
 
 def _ensure_topics(bootstrap: str, topics: tuple[str, ...]) -> None:
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -306,7 +307,8 @@ def _ensure_topics(bootstrap: str, topics: tuple[str, ...]) -> None:
         try:
             future.result(15)
         except Exception as exc:
-            if "exist" not in str(exc).lower():
+            error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+            if not (isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS):
                 raise DemoFailed(f"cannot create demo topics on {bootstrap}: {exc}") from exc
 
 

@@ -1,24 +1,20 @@
 """Leader election by a database lease: one row per election name (holder, epoch, version, expiry).
 
-Expiry is decided by the database clock. Locally, the leader trusts its lease only until
-``renewal start + ttl * safety`` by its own monotonic clock: the database set the expiry at or
-after the moment the renewal was sent, so the local view always ends first — a leader fences
-itself (stops marking) before anyone else can take over.
+Expiry is decided by the database clock; the rules (when to renew, when to fence) are
+:class:`~sluiceway.election.campaign.LeaseCampaign`'s. This module is the driver — a thread that
+steps the campaign — and the SQL adapter of its :class:`~sluiceway.election.protocol.LeaseStore` port.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
-import time
 import uuid
-from dataclasses import dataclass
+from typing import Any
 
+from sluiceway.clock import Clock
 from sluiceway.db import Database, QuerySet
-from sluiceway.errors import DatabaseError
-from sluiceway.harvest.ports import ElectionListener
-
-log = logging.getLogger("sluiceway.election")
+from sluiceway.election.campaign import LeaseCampaign
+from sluiceway.election.protocol import ElectionListener, LeaseView
 
 DEFAULT_LEASE_TABLE = "sluiceway_leases"
 
@@ -29,12 +25,57 @@ def init_leases(db: Database, table: str = DEFAULT_LEASE_TABLE) -> QuerySet:
     return q
 
 
-@dataclass(frozen=True, slots=True)
-class LeaseView:
-    holder: str | None
-    epoch: int
-    version: int
-    remaining: float
+class SqlLeaseStore:
+    """The lease table in SQLite, PostgreSQL or MySQL/MariaDB. One connection, opened on first
+    use (so on the thread that uses it); the table and each name's row are created on first use."""
+
+    def __init__(self, dsn: str, table: str = DEFAULT_LEASE_TABLE) -> None:
+        self.db = Database(dsn)
+        self.table = table
+        self._q: QuerySet | None = None
+        self._rows: set[str] = set()
+
+    def _queries(self) -> QuerySet:
+        if self._q is None:
+            self._q = init_leases(self.db, self.table)
+        return self._q
+
+    def _row(self, name: str) -> QuerySet:
+        q = self._queries()
+        if name not in self._rows:
+            self.db.execute(q["ensure_row"], {"name": name}, what="lease row")
+            self._rows.add(name)
+        return q
+
+    def acquire(self, name: str, holder: str, ttl: float) -> LeaseView | None:
+        q = self._row(name)
+        # Read back in the same transaction: the epoch and version we hold are the ones we wrote.
+        with self.db.transaction():
+            won = self.db.execute(
+                q["acquire"], {"name": name, "holder": holder, "ttl": ttl}, what="acquire lease"
+            )
+            row = self.db.fetchone(q["read"], {"name": name}, what="read lease") if won == 1 else None
+        return None if row is None else _view(row)
+
+    def renew(self, name: str, holder: str, epoch: int, version: int, ttl: float) -> bool:
+        params = {"name": name, "holder": holder, "epoch": epoch, "version": version, "ttl": ttl}
+        return self.db.execute(self._row(name)["renew"], params, what="renew lease") == 1
+
+    def release(self, name: str, holder: str, epoch: int) -> None:
+        params = {"name": name, "holder": holder, "epoch": epoch}
+        self.db.execute(self._row(name)["release"], params, what="release")
+
+    def read(self, name: str) -> LeaseView | None:
+        row = self.db.fetchone(self._queries()["read"], {"name": name}, what="read lease")
+        return None if row is None else _view(row)
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def _view(row: tuple[Any, ...]) -> LeaseView:
+    holder, epoch, version, remaining = row
+    return LeaseView(holder, int(epoch), int(version), float(remaining))
 
 
 class DatabaseLease:
@@ -49,6 +90,7 @@ class DatabaseLease:
         table: str = DEFAULT_LEASE_TABLE,
         safety: float = 0.8,
         holder: str | None = None,
+        clock: Clock | None = None,
     ) -> None:
         if ttl <= 0:
             raise ValueError("lease ttl must be positive")
@@ -58,126 +100,53 @@ class DatabaseLease:
         self.table = table
         self.safety = safety
         self.holder = holder or f"{uuid.uuid4()}"
-        self.epoch = 0
-        self._version = 0
-        self._valid_until = 0.0  # monotonic; leadership is trusted strictly before this instant
-        self._leader = False
+        self.clock = clock
+        self._campaign: LeaseCampaign | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._listener: ElectionListener | None = None
-        self._lock = threading.Lock()
-        self.renew_interval = ttl / 4
-        self.retry_interval = min(ttl / 4, 0.5)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the current (or last) term; 0 before the first."""
+        return 0 if self._campaign is None else self._campaign.epoch
 
     # -- LeaderElection --------------------------------------------------------------------
     def start(self, listener: ElectionListener) -> None:
-        self._listener = listener
-        self._thread = threading.Thread(target=self._run, name=f"sluice-lease-{self.name}", daemon=True)
+        self._campaign = LeaseCampaign(
+            SqlLeaseStore(self.dsn, self.table),
+            listener,
+            name=self.name,
+            holder=self.holder,
+            ttl=self.ttl,
+            safety=self.safety,
+            clock=self.clock,
+        )
+        self._thread = threading.Thread(
+            target=self._run, args=(self._campaign,), name=f"sluice-lease-{self.name}", daemon=True
+        )
         self._thread.start()
 
     def is_leader(self) -> bool:
-        return self._leader and time.monotonic() < self._valid_until
+        return self._campaign is not None and self._campaign.is_leader()
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.ttl + 5)
 
-    # -- campaign ----------------------------------------------------------------------------
-    def _run(self) -> None:
-        db = Database(self.dsn)
-        q: QuerySet | None = None
+    def _run(self, campaign: LeaseCampaign) -> None:
         try:
             while not self._stop.is_set():
-                try:
-                    if q is None:
-                        q = init_leases(db, self.table)
-                        db.execute(q["ensure_row"], {"name": self.name}, what="lease row")
-                    if self._leader:
-                        self._renew(db, q)
-                        self._stop.wait(self.renew_interval)
-                    else:
-                        if not self._try_acquire(db, q):
-                            self._stop.wait(self.retry_interval)
-                except DatabaseError as exc:
-                    log.warning("lease %s: database call failed: %s", self.name, exc)
-                    self._check_deadline()
-                    self._stop.wait(min(self.retry_interval, 0.5))
-            if self._leader and q is not None:
-                self._release(db, q)
+                self._stop.wait(campaign.step())
+            campaign.resign()
         finally:
-            db.close()
-
-    def _try_acquire(self, db: Database, q: QuerySet) -> bool:
-        started = time.monotonic()
-        params = {"name": self.name, "holder": self.holder, "ttl": self.ttl}
-        with db.transaction():
-            won = db.execute(q["acquire"], params, what="acquire lease") == 1
-            row = db.fetchone(q["read"], {"name": self.name}, what="read lease") if won else None
-        if not won or row is None:
-            return False
-        self.epoch, self._version = int(row[1]), int(row[2])
-        self._valid_until = started + self.ttl * self.safety
-        self._leader = True
-        log.info("lease %s acquired by %s (epoch %d)", self.name, self.holder, self.epoch)
-        if self._listener is not None:
-            self._listener.leader_acquired(self.epoch)
-        return True
-
-    def _renew(self, db: Database, q: QuerySet) -> None:
-        started = time.monotonic()
-        params = {
-            "name": self.name,
-            "holder": self.holder,
-            "epoch": self.epoch,
-            "version": self._version,
-            "ttl": self.ttl,
-        }
-        try:
-            renewed = db.execute(q["renew"], params, what="renew lease") == 1
-        except DatabaseError:
-            self._check_deadline()
-            raise
-        if renewed:
-            self._version += 1
-            self._valid_until = started + self.ttl * self.safety
-            return
-        # Someone changed the row: we lost the lease (it expired and was taken, or was released).
-        self._lose(fenced=True, why="renewal found the lease changed")
-
-    def _check_deadline(self) -> None:
-        if self._leader and time.monotonic() >= self._valid_until:
-            self._lose(fenced=True, why="could not renew before the deadline")
-
-    def _lose(self, *, fenced: bool, why: str) -> None:
-        with self._lock:
-            if not self._leader:
-                return
-            self._leader = False
-        log.warning("lease %s lost by %s: %s", self.name, self.holder, why)
-        if self._listener is not None:
-            if fenced:
-                self._listener.leader_fenced()
-            else:
-                self._listener.leader_revoked()
-
-    def _release(self, db: Database, q: QuerySet) -> None:
-        self._leader = False
-        try:
-            db.execute(
-                q["release"], {"name": self.name, "holder": self.holder, "epoch": self.epoch}, what="release"
-            )
-        except DatabaseError as exc:
-            log.warning("lease %s: release failed (%s); it expires on its own", self.name, exc)
-        if self._listener is not None:
-            self._listener.leader_revoked()
+            campaign.store.close()
 
     # -- inspection -------------------------------------------------------------------------
     @staticmethod
     def view(dsn: str, name: str, table: str = DEFAULT_LEASE_TABLE) -> LeaseView | None:
-        with Database(dsn) as db:
-            q = init_leases(db, table)
-            row = db.fetchone(q["read"], {"name": name}, what="read lease")
-        if row is None:
-            return None
-        return LeaseView(row[0], int(row[1]), int(row[2]), float(row[3]))
+        store = SqlLeaseStore(dsn, table)
+        try:
+            return store.read(name)
+        finally:
+            store.close()

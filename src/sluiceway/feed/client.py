@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from sluiceway.db import Database, DataSource
-from sluiceway.errors import DatabaseError
+from sluiceway.errors import ConflictError, DatabaseError
 from sluiceway.feed.core import Decision, decide
 from sluiceway.feed.errors import (
     FeedError,
@@ -142,7 +142,7 @@ class Feed:
             try:
                 return self._add_many(prepared, if_exists)
             except DatabaseError as exc:
-                if _is_deadlock(exc) and attempt < 2:
+                if isinstance(exc, ConflictError) and attempt < 2:
                     # MariaDB's gap locks on the name index can deadlock two producers creating
                     # neighbouring names; the transaction was rolled back as a whole: go again.
                     continue
@@ -300,11 +300,6 @@ class Feed:
     def status(self) -> FeedStatus:
         """Counts by status and gate, ready items, lag, and the workers holding leases."""
         return self.store.status()
-
-
-def _is_deadlock(exc: DatabaseError) -> bool:
-    text = str(exc).lower()
-    return "deadlock" in text or "serializ" in text
 
 
 def _check_limit(limit: int) -> int:

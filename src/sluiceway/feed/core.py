@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import enum
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 from sluiceway.feed.errors import ProcessorError
 from sluiceway.feed.model import Item, ProcessorResult, Status
@@ -19,20 +18,6 @@ from sluiceway.feed.model import Item, ProcessorResult, Status
 MAX_ERROR_CHARS = 2000
 
 Processor = Callable[[Item], object]
-
-
-class Clock(Protocol):
-    """Where the worker reads local time; only used for intervals (renewals, start-by deadlines).
-
-    Lease *expiry* is always decided by the database's clock, never by this one.
-    """
-
-    def monotonic(self) -> float: ...
-
-
-class SystemClock:
-    def monotonic(self) -> float:
-        return time.monotonic()
 
 
 @dataclass(frozen=True, slots=True)

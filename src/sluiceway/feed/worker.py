@@ -32,17 +32,16 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
+from sluiceway.clock import Clock, SystemClock
 from sluiceway.db import Database, DataSource, parse_dsn
 from sluiceway.errors import DatabaseError
 from sluiceway.feed.balance import plan, victim
 from sluiceway.feed.core import (
     Claimed,
-    Clock,
     Decision,
     Outcome,
     OutcomeKind,
     RetryPolicy,
-    SystemClock,
     decide,
     process_one,
     requeue_outcome,

@@ -9,56 +9,30 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from sluiceway.config.loader import load_file, parse_duration, validate
+from sluiceway.config.loader import load_file, validate
+from sluiceway.config.types import Duration, StrictModel, TableName
 from sluiceway.db.dsn import Dialect, parse_dsn
-from sluiceway.db.identifiers import check_identifier
 from sluiceway.errors import ConfigError
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
-
-
-def _duration(value: Any) -> Any:
-    if value is None:
-        return None
-    try:
-        return parse_duration(value)
-    except ConfigError as exc:
-        raise ValueError(exc.problem) from None
-
-
-class Limits(_Strict):
+class Limits(StrictModel):
     """goharvest's ``limits`` block. Unset values take goharvest's defaults (see :meth:`resolved`)."""
 
-    io_error_backoff: float | None = Field(None, alias="ioErrorBackoff")
-    poll_duration: float | None = Field(None, alias="pollDuration")
-    min_poll_interval: float | None = Field(None, alias="minPollInterval")
-    max_poll_interval: float | None = Field(None, alias="maxPollInterval")
-    heartbeat_timeout: float | None = Field(None, alias="heartbeatTimeout")
-    drain_interval: float | None = Field(None, alias="drainInterval")
-    queue_timeout: float | None = Field(None, alias="queueTimeout")
-    mark_backoff: float | None = Field(None, alias="markBackoff")
+    io_error_backoff: Duration | None = Field(None, alias="ioErrorBackoff")
+    poll_duration: Duration | None = Field(None, alias="pollDuration")
+    min_poll_interval: Duration | None = Field(None, alias="minPollInterval")
+    max_poll_interval: Duration | None = Field(None, alias="maxPollInterval")
+    heartbeat_timeout: Duration | None = Field(None, alias="heartbeatTimeout")
+    drain_interval: Duration | None = Field(None, alias="drainInterval")
+    queue_timeout: Duration | None = Field(None, alias="queueTimeout")
+    mark_backoff: Duration | None = Field(None, alias="markBackoff")
     max_in_flight_records: int | None = Field(None, alias="maxInFlightRecords", ge=1)
     send_concurrency: int | None = Field(None, alias="sendConcurrency", ge=1, le=256)
     send_buffer: int | None = Field(None, alias="sendBuffer", ge=1)
     mark_query_records: int | None = Field(None, alias="markQueryRecords", ge=1)
-    min_metrics_interval: float | None = Field(None, alias="minMetricsInterval")
-
-    _durations = field_validator(
-        "io_error_backoff",
-        "poll_duration",
-        "min_poll_interval",
-        "max_poll_interval",
-        "heartbeat_timeout",
-        "drain_interval",
-        "queue_timeout",
-        "mark_backoff",
-        "min_metrics_interval",
-        mode="before",
-    )(_duration)
+    min_metrics_interval: Duration | None = Field(None, alias="minMetricsInterval")
 
     def resolved(self) -> ResolvedLimits:
         """Fill goharvest's defaults, including the derived ones."""
@@ -84,7 +58,7 @@ class Limits(_Strict):
         )
 
 
-class ResolvedLimits(_Strict):
+class ResolvedLimits(StrictModel):
     """Limits with every default filled in: what the engine receives (frozen)."""
 
     io_error_backoff: float
@@ -102,7 +76,7 @@ class ResolvedLimits(_Strict):
     min_metrics_interval: float
 
 
-class JournalTarget(_Strict):
+class JournalTarget(StrictModel):
     """Publish into a local journal instead of Kafka (each record's namespace is its topic)."""
 
     path: str
@@ -112,18 +86,16 @@ class JournalTarget(_Strict):
     epoch_register: str = Field("sluiceway.harvest.epoch", alias="epochRegister")
 
 
-class Election(_Strict):
+class Election(StrictModel):
     """Which leader election to use. ``auto``: Kafka (NELI) when publishing to Kafka, else the database."""
 
     kind: Literal["auto", "kafka", "database"] = "auto"
     #: Name of the election (database lease row). Defaults to the leader group id.
     name: str | None = None
-    lease_timeout: float | None = Field(None, alias="leaseTimeout")
-
-    _d = field_validator("lease_timeout", mode="before")(_duration)
+    lease_timeout: Duration | None = Field(None, alias="leaseTimeout")
 
 
-class DeadLetter(_Strict):
+class DeadLetter(StrictModel):
     """Poison-record policy. ``maxAttempts`` 0 = unlimited (goharvest's behaviour)."""
 
     enabled: bool = True
@@ -132,7 +104,7 @@ class DeadLetter(_Strict):
     permanent_errors: bool = Field(True, alias="permanentErrors")
 
 
-class Harvest(_Strict):
+class Harvest(StrictModel):
     name: str = "sluiceway"
     base_kafka_config: dict[str, Any] = Field(default_factory=dict, alias="baseKafkaConfig")
     producer_kafka_config: dict[str, Any] = Field(default_factory=dict, alias="producerKafkaConfig")
@@ -141,20 +113,12 @@ class Harvest(_Strict):
     data_source: str = Field(
         "host=localhost port=5432 user=postgres password= dbname=postgres sslmode=disable", alias="dataSource"
     )
-    outbox_table: str = Field("outbox", alias="outboxTable")
-    limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]
+    outbox_table: TableName = Field("outbox", alias="outboxTable")
+    limits: Limits = Field(default_factory=Limits)
     journal: JournalTarget | None = None
-    election: Election = Field(default_factory=Election)  # type: ignore[arg-type]
-    dead_letter: DeadLetter = Field(default_factory=DeadLetter, alias="deadLetter")  # type: ignore[arg-type]
+    election: Election = Field(default_factory=Election)
+    dead_letter: DeadLetter = Field(default_factory=DeadLetter, alias="deadLetter")
     metrics_addr: str | None = Field(None, alias="metricsAddr")
-
-    @field_validator("outbox_table")
-    @classmethod
-    def _table(cls, value: str) -> str:
-        try:
-            return check_identifier(value)
-        except ConfigError as exc:
-            raise ValueError(exc.problem) from None
 
     @field_validator("data_source")
     @classmethod
@@ -216,7 +180,7 @@ class Harvest(_Strict):
         return parse_dsn(self.data_source).dialect
 
 
-class Logging(_Strict):
+class Logging(StrictModel):
     level: str = "Info"
 
     @field_validator("level")
@@ -243,7 +207,7 @@ class Logging(_Strict):
         }[self.level.lower()]
 
 
-class HarvestConfig(_Strict):
+class HarvestConfig(StrictModel):
     """The whole harvester configuration (the shape of goharvest's ``reaper.yaml``).
 
     >>> cfg = HarvestConfig.from_dict({"harvest": {
@@ -252,8 +216,8 @@ class HarvestConfig(_Strict):
     1000
     """
 
-    harvest: Harvest = Field(default_factory=Harvest)  # type: ignore[arg-type]
-    logging: Logging = Field(default_factory=Logging)  # type: ignore[arg-type]
+    harvest: Harvest = Field(default_factory=Harvest)
+    logging: Logging = Field(default_factory=Logging)
 
     @classmethod
     def from_file(cls, path: str | Path) -> HarvestConfig:

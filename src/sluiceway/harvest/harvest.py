@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sluiceway.db import Database, dsn_warnings
+from sluiceway.election.protocol import LeaderElection
 from sluiceway.errors import SluicewayError
 from sluiceway.harvest.config import HarvestConfig
 from sluiceway.harvest.engine import Engine, EngineLimits
 from sluiceway.harvest.events import Event, LeaderAcquired, LeaderFenced, LeaderRevoked
-from sluiceway.harvest.ports import LeaderElection, OutboxStore, Publisher
+from sluiceway.harvest.ports import OutboxStore, Publisher
 from sluiceway.outbox.table import OutboxLocation, locate_outbox
 
 if TYPE_CHECKING:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from sluiceway.journal.append import AppendTransaction
 from sluiceway.journal.compaction import CompactionResult
 from sluiceway.journal.errors import (
     AppendAborted,
@@ -22,7 +23,7 @@ from sluiceway.journal.errors import (
     JournalNotFoundError,
     JournalReadOnlyError,
 )
-from sluiceway.journal.journal import AppendTransaction, Journal, SegmentInfo
+from sluiceway.journal.journal import Journal, SegmentInfo
 from sluiceway.journal.record import ARROW_SCHEMA, Record
 
 __all__ = [

@@ -19,7 +19,8 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from sluiceway.journal.format import FLAG_NULL_VALUE, KIND_RECORD, REC_HEADER_SIZE, ParsedBatch, RecordProblem
+from sluiceway.journal.format import FLAG_NULL_VALUE, KIND_RECORD, REC_HEADER_SIZE
+from sluiceway.journal.parse import ParsedBatch, RecordProblem
 from sluiceway.journal.record import ARROW_SCHEMA
 
 REC_DTYPE = np.dtype(

@@ -7,7 +7,8 @@ batch that lost records are re-encoded, flagged ``COMPACTED`` because its offset
 The active segment is never compacted. Tombstones are kept like any other latest record.
 
 The selection is pure (``latest_offsets``, ``select_removals``, ``compact_segment_bytes``) and
-unit-tested; the journal does the file replacement (temporary file, fsync, rename).
+unit-tested; :mod:`sluiceway.journal.maintenance` does the file replacement (temporary file,
+fsync, rename).
 """
 
 from __future__ import annotations
@@ -17,16 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sluiceway.journal.format import (
-    FLAG_COMPACTED,
-    Incomplete,
-    Invalid,
-    ParsedBatch,
-    SegmentHeader,
-    encode_batch,
-    iter_keys,
-    parse_batch,
-)
+from sluiceway.journal.encode import encode_batch
+from sluiceway.journal.format import FLAG_COMPACTED, SegmentHeader
+from sluiceway.journal.parse import Incomplete, Invalid, ParsedBatch, iter_keys, parse_batch
 
 Key = tuple[bytes, bytes]
 

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 #: Schema of the batches yielded by :meth:`Journal.read_arrow` (the pipeline's common record shape).
 ARROW_SCHEMA = pa.schema(
@@ -42,4 +42,4 @@ class Record(NamedTuple):
     @property
     def timestamp(self) -> datetime:
         # Built on demand: most consumers never look at it, and a datetime per record is not free.
-        return _EPOCH + timedelta(microseconds=self.timestamp_us)
+        return EPOCH + timedelta(microseconds=self.timestamp_us)

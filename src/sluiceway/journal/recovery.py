@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sluiceway.journal.format import Incomplete, Invalid, ParsedBatch, SegmentHeader, parse_batch
+from sluiceway.journal.format import SegmentHeader
+from sluiceway.journal.parse import Incomplete, Invalid, ParsedBatch, parse_batch
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,16 +8,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sluiceway.journal.format import (
-    Incomplete,
-    Invalid,
-    ParsedBatch,
     SegmentHeader,
     decode_segment_header,
     encode_segment_header,
-    parse_batch,
     parse_segment_name,
     segment_name,
 )
+from sluiceway.journal.parse import Incomplete, Invalid, ParsedBatch, parse_batch
 
 _IOV_MAX = 1024
 _HEADER_READ = 64 << 10

@@ -20,9 +20,11 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from sluiceway.config.loader import interpolate, load_yaml, parse_duration
+from sluiceway.config.loader import interpolate, load_yaml
+from sluiceway.config.types import Duration, SqlIdentifier, TableName
+from sluiceway.config.types import StrictModel as _Model
 from sluiceway.errors import ConfigError
 from sluiceway.pipeline.errors import SpecError
 
@@ -38,20 +40,6 @@ def _regex(value: str) -> str:
     return value
 
 
-def _duration(value: Any) -> float:
-    try:
-        return parse_duration(value)
-    except ConfigError as exc:
-        raise ValueError(exc.problem) from None
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-Duration = Annotated[float, Field(ge=0)]
-
-
 class RetrySpec(_Model):
     """How a sink retries: a failing batch ``attempts`` times with exponential backoff, then
     record by record, each record ``record_attempts`` times."""
@@ -60,8 +48,6 @@ class RetrySpec(_Model):
     backoff: Duration = 0.5
     max_backoff: Duration = 10.0
     record_attempts: int = Field(2, ge=1)
-
-    _d = field_validator("backoff", "max_backoff", mode="before")(_duration)
 
 
 # --- sources --------------------------------------------------------------------------------------
@@ -98,21 +84,9 @@ class KafkaSourceSpec(_Source):
 class OutboxSourceSpec(_Source):
     type: Literal["outbox"]
     dsn: str
-    table: str = "outbox"
+    table: TableName = "outbox"
     partitions: int = Field(1, ge=1, le=256)
     lease_ttl: Duration = 10.0
-
-    _d = field_validator("lease_ttl", mode="before")(_duration)
-
-    @field_validator("table")
-    @classmethod
-    def _table(cls, value: str) -> str:
-        from sluiceway.db.identifiers import check_identifier
-
-        try:
-            return check_identifier(value)
-        except ConfigError as exc:
-            raise ValueError(exc.problem) from None
 
 
 SourceSpec = Annotated[JournalSourceSpec | KafkaSourceSpec | OutboxSourceSpec, Field(discriminator="type")]
@@ -129,8 +103,6 @@ class TransformSpec(_Model):
     arrow: str | None = None
     sql: str | None = None
     schema_: str | None = Field(None, alias="schema")
-
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     @model_validator(mode="after")
     def _one(self) -> Self:
@@ -199,21 +171,11 @@ class KafkaSinkSpec(_Sink):
 class PostgresSinkSpec(_Sink):
     type: Literal["postgres"]
     dsn: str
-    table: str
+    table: SqlIdentifier
     #: The column the upsert is keyed on.
-    key: str = "key"
+    key: SqlIdentifier = "key"
     #: Create the table when it is missing (columns from the record shape).
     create: bool = True
-
-    @field_validator("table", "key")
-    @classmethod
-    def _ident(cls, value: str) -> str:
-        from sluiceway.db.identifiers import check_identifier
-
-        try:
-            return check_identifier(value, what="identifier")
-        except ConfigError as exc:
-            raise ValueError(exc.problem) from None
 
 
 class FilesSinkSpec(_Sink):
@@ -258,8 +220,6 @@ class TriggerSpec(_Model):
     """``interval``: time between micro-batches when running continuously (``--once`` ignores it)."""
 
     interval: Duration = 1.0
-
-    _d = field_validator("interval", mode="before")(_duration)
 
 
 class PipelineSpec(_Model):

@@ -65,6 +65,23 @@ def test_commit_assigns_contiguous_offsets_and_records_read_back(journal: Journa
     assert journal.head == 4
 
 
+def test_write_takes_str_values_as_utf8_like_a_kafka_producer(journal: Journal) -> None:
+    with journal.append() as tx:
+        tx.write("a", "prix: 12 €", namespace="orders")
+        tx.write("b", "")
+        tx.write("c", memoryview(b"raw"))
+        with pytest.raises(InvalidJournalRecord, match="value"):
+            tx.write("d", "\ud800")  # a lone surrogate has no UTF-8 form
+        with pytest.raises(InvalidJournalRecord, match="key"):
+            tx.write(b"e", "v")  # type: ignore[arg-type]  # keys stay str, as before
+    assert tx.offsets == range(0, 3)
+    assert [(r.key, r.value) for r in journal.read()] == [
+        ("a", "prix: 12 €".encode()),
+        ("b", b""),
+        ("c", b"raw"),
+    ]
+
+
 def test_abort_and_exception_leave_nothing(journal: Journal, path: str) -> None:
     append(journal, ("keep", b"1"))
     before = sizes(path)
@@ -115,7 +132,7 @@ def test_invalid_records_are_rejected_before_anything_is_written(journal: Journa
         with pytest.raises(InvalidJournalRecord, match="key"):
             tx.write(1, b"")  # type: ignore[arg-type]
         with pytest.raises(InvalidJournalRecord, match="value"):
-            tx.write("k", "text")  # type: ignore[arg-type]
+            tx.write("k", 1)  # type: ignore[arg-type]
         with pytest.raises(InvalidJournalRecord, match="headers"):
             tx.write("k", b"", headers=[("a", 1)])  # type: ignore[list-item]
         with pytest.raises(InvalidJournalRecord, match="timestamp"):
@@ -131,9 +148,9 @@ def test_invalid_records_are_rejected_before_anything_is_written(journal: Journa
 # --- durability -----------------------------------------------------------------------------
 def test_segments_are_written_synchronously(path: str) -> None:
     with Journal.open(path) as j:
-        assert fcntl.fcntl(j._seg_fd, fcntl.F_GETFL) & os.O_DSYNC
+        assert fcntl.fcntl(j._writer.seg_fd, fcntl.F_GETFL) & os.O_DSYNC
     with Journal.open(path, fsync=False) as j:
-        assert not fcntl.fcntl(j._seg_fd, fcntl.F_GETFL) & os.O_DSYNC
+        assert not fcntl.fcntl(j._writer.seg_fd, fcntl.F_GETFL) & os.O_DSYNC
 
 
 def test_success_and_visibility_only_once_the_write_is_durable(
@@ -207,7 +224,7 @@ def test_group_commit_shares_one_durable_write_between_threads(
     pool = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
     for t in pool:
         t.start()
-    wait_until(lambda: len(journal._queue) >= threads - 1, timeout=10, message="appenders to queue")
+    wait_until(lambda: len(journal._writer._queue) >= threads - 1, timeout=10, message="appenders to queue")
     gate.set()
     for t in pool:
         t.join(20)

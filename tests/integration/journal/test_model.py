@@ -12,8 +12,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from sluiceway.journal import AppendAborted, ExpectationFailed, Journal
-from sluiceway.journal import format as fmt
+from sluiceway.journal import AppendAborted, ExpectationFailed, Journal, encode
 
 Rec = tuple[str, str, bytes | None]  # namespace, key, value
 
@@ -95,10 +94,10 @@ class JournalModel(RuleBasedStateMachine):
     def crash_mid_append(self, records: list[Rec], cut: float) -> None:
         """The writer dies while its last append is being written: a prefix of the batch is on disk."""
         frames = bytearray()
-        lens = [fmt.append_record(frames, ns.encode(), k.encode(), v, b"", 0) for ns, k, v in records]
+        lens = [encode.append_record(frames, ns.encode(), k.encode(), v, b"", 0) for ns, k, v in records]
         arr = np.asarray(lens, dtype=np.uint32)
-        fmt.stamp_offsets(frames, arr, self.head)
-        batch = b"".join(fmt.encode_batch(bytes(frames), arr, self.head, 0, {"x": "torn"}))
+        encode.stamp_offsets(frames, arr, self.head)
+        batch = b"".join(encode.encode_batch(bytes(frames), arr, self.head, 0, {"x": "torn"}))
         seg = self.j.segments()[-1].path
         self.j._release()  # no clean close: exactly what a SIGKILL leaves behind
         with open(seg, "ab") as f:

@@ -15,6 +15,8 @@ from sluiceway.journal import (
     JournalLockedError,
     JournalNotFoundError,
     JournalReadOnlyError,
+    encode,
+    parse,
 )
 from sluiceway.journal import format as fmt
 from sluiceway.journal.consumers import FILE_NAME as CONSUMERS_FILE
@@ -145,9 +147,9 @@ def test_torn_tail_is_truncated_on_open(path: str) -> None:
     seg = seg_files(path)[-1]
     good_size = os.path.getsize(seg)
     frames = bytearray()
-    lens = np.asarray([fmt.append_record(frames, b"", b"torn", b"x" * 500, b"", 0)], dtype=np.uint32)
-    fmt.stamp_offsets(frames, lens, 2)
-    whole = b"".join(fmt.encode_batch(bytes(frames), lens, 2, 0))
+    lens = np.asarray([encode.append_record(frames, b"", b"torn", b"x" * 500, b"", 0)], dtype=np.uint32)
+    encode.stamp_offsets(frames, lens, 2)
+    whole = b"".join(encode.encode_batch(bytes(frames), lens, 2, 0))
     with open(seg, "ab") as f:
         f.write(whole[: len(whole) - 10])  # the COMMIT frame never made it
     with Journal.open(path) as j:
@@ -178,8 +180,8 @@ def test_corrupt_record_is_reported_never_returned(path: str) -> None:
     target = segs[1]  # a closed segment
     raw = bytearray(Path(target.path).read_bytes())
     header = fmt.decode_segment_header(bytes(raw))
-    batch = fmt.parse_batch(bytes(raw), header.data_start)
-    assert isinstance(batch, fmt.ParsedBatch)
+    batch = parse.parse_batch(bytes(raw), header.data_start)
+    assert isinstance(batch, parse.ParsedBatch)
     second = batch.records_pos + int(batch.lens(bytes(raw))[0])
     raw[second + 60] ^= 0x01  # one bit inside the second record's value
     Path(target.path).write_bytes(bytes(raw))

@@ -8,9 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluiceway.journal import format as fmt
+from sluiceway.journal import parse
 from sluiceway.journal.arrow import decode_arrow
 from sluiceway.journal.compaction import compact_segment_bytes
-from sluiceway.journal.format import RecordProblem
+from sluiceway.journal.parse import RecordProblem
 from sluiceway.journal.record import ARROW_SCHEMA, Record
 from tests.support.journal_format import build_batch, parse_all, parse_ok
 
@@ -43,7 +44,7 @@ def check_equivalent(buf: bytes, lo: int, hi: int) -> None:
     batches = parse_all(buf)
     rb = decode_arrow(buf, batches, lo, hi)
     assert rb.schema == ARROW_SCHEMA
-    want = [r for b in batches for r in fmt.iter_records(buf, b, lo, hi)]
+    want = [r for b in batches for r in parse.iter_records(buf, b, lo, hi)]
     assert rb.to_pylist() == as_rows(want)
 
 

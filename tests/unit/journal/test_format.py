@@ -7,17 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sluiceway.journal import encode, parse
 from sluiceway.journal import format as fmt
+from sluiceway.journal.append import AppendTransaction
 from sluiceway.journal.errors import InvalidJournalRecord
-from sluiceway.journal.format import (
-    FLAG_COMPACTED,
-    HeadState,
-    Incomplete,
-    Invalid,
-    ParsedBatch,
-    RecordProblem,
-)
-from sluiceway.journal.journal import AppendTransaction
+from sluiceway.journal.format import FLAG_COMPACTED, HeadState
+from sluiceway.journal.parse import Incomplete, Invalid, ParsedBatch, RecordProblem
 from sluiceway.journal.record import Record
 from tests.support.journal_format import build_batch, parse_ok
 
@@ -71,7 +66,7 @@ def test_batch_round_trip(
     )
     assert batch.registers == registers
     assert batch.records_ok(buf)
-    got = list(fmt.iter_records(buf, batch, 0, 2**63 - 1))
+    got = list(parse.iter_records(buf, batch, 0, 2**63 - 1))
     want = [
         Record(first + i, ns, key, value, headers, ts)
         for i, (ns, key, value, headers, ts) in enumerate(records)
@@ -80,11 +75,11 @@ def test_batch_round_trip(
     # Range filtering.
     if records:
         lo, hi = first + len(records) // 3, first + len(records) - 1
-        assert [r.offset for r in fmt.iter_records(buf, batch, lo, hi)] == list(range(lo, hi))
+        assert [r.offset for r in parse.iter_records(buf, batch, lo, hi)] == list(range(lo, hi))
 
 
 def test_frames_are_8_byte_aligned_and_crc_skips_only_the_offset() -> None:
-    frame = bytearray(fmt.encode_record(b"ns", b"key", b"v" * 13, b"", 42))
+    frame = bytearray(encode.encode_record(b"ns", b"key", b"v" * 13, b"", 42))
     assert len(frame) % 8 == 0
     length, crc = fmt.FRAME_PREFIX.unpack_from(frame, 0)
     assert length == len(frame)
@@ -93,36 +88,37 @@ def test_frames_are_8_byte_aligned_and_crc_skips_only_the_offset() -> None:
     assert crc != fmt.crc32c(bytes(frame[fmt.REC_CRC_START :]))
 
 
-class _FakeJournal:
-    _clock = staticmethod(lambda: 7)
+class _FakeWriter:
+    clock = staticmethod(lambda: 7)
 
 
 def test_transaction_writes_produce_the_reference_encoding() -> None:
     """``write`` and ``write_many`` inline ``append_record`` for speed; all must agree byte for byte."""
-    tx = AppendTransaction(_FakeJournal(), None, {}, {})  # type: ignore[arg-type]
+    tx = AppendTransaction(_FakeWriter())  # type: ignore[arg-type]
     cases = [
         ("k", b"value", None, "", 5),
         ("ключ", None, [("h", "v"), ("é", "")], "ns", -3),
         ("", b"", [], "", 0),
         ("k2", bytearray(b"x" * 13), None, "", None),  # default timestamp: the injected clock
+        ("k3", "välue", None, "", 1),  # str: stored as UTF-8
     ]
     want = bytearray()
     for key, value, headers, ns, ts in cases:
         tx.write(key, value, headers=headers, namespace=ns, timestamp=ts)
-        v = bytes(value) if value is not None else None
-        fmt.append_record(
+        v = value.encode() if isinstance(value, str) else bytes(value) if value is not None else None
+        encode.append_record(
             want, ns.encode(), key.encode(), v, fmt.encode_pairs(headers or []), 7 if ts is None else ts
         )
     small = [("a", b"1"), ("bb", None), ("c", memoryview(b"22"))]  # the per-record path
     assert tx.write_many(small, namespace="n", timestamp=9) == 3
     for key, value in [("a", b"1"), ("bb", None), ("c", b"22")]:
-        fmt.append_record(want, b"n", key.encode(), value, b"", 9)
+        encode.append_record(want, b"n", key.encode(), value, b"", 9)
     bulk = [(f"k{i}" if i % 7 else f"ключ{i}", None if i % 5 == 0 else b"v" * i) for i in range(100)]
     assert tx.write_many(bulk, timestamp=-1) == 100  # the vectorised path
     for key, value in bulk:
-        fmt.append_record(want, b"", key.encode(), value, b"", -1)
+        encode.append_record(want, b"", key.encode(), value, b"", -1)
     assert b"".join(tx._parts) == bytes(want)
-    assert tx.count == len(tx._lens) == 107 and sum(tx._lens) == len(want)
+    assert tx.count == len(tx._lens) == 108 and sum(tx._lens) == len(want)
 
 
 @settings(max_examples=40, deadline=None)
@@ -137,16 +133,16 @@ def test_encode_many_matches_append_record(
     namespace: bytes, records: list[tuple[str, bytes | None]], ts: int
 ) -> None:
     keys, values = [k for k, _ in records], [v for _, v in records]
-    frames, lens = fmt.encode_many(namespace, keys, values, ts)
+    frames, lens = encode.encode_many(namespace, keys, values, ts)
     want = bytearray()
-    want_lens = [fmt.append_record(want, namespace, k.encode(), v, b"", ts) for k, v in records]
+    want_lens = [encode.append_record(want, namespace, k.encode(), v, b"", ts) for k, v in records]
     assert frames == bytes(want)
     assert lens.tolist() == want_lens
 
 
 @pytest.mark.parametrize("n", [2, 100])
 def test_write_many_is_all_or_nothing_per_call(n: int) -> None:
-    tx = AppendTransaction(_FakeJournal(), None, {}, {})  # type: ignore[arg-type]
+    tx = AppendTransaction(_FakeWriter())  # type: ignore[arg-type]
     tx.write("first", b"")
     good = [(f"k{i}", b"v") for i in range(n)]
     with pytest.raises(InvalidJournalRecord, match="value"):
@@ -161,7 +157,7 @@ def test_write_many_is_all_or_nothing_per_call(n: int) -> None:
 def test_stamp_offsets_writes_consecutive_offsets() -> None:
     buf = build_batch([("", "a", b"1", [], 0), ("", "bb", b"22" * 9, [], 0), ("", "c", None, [], 0)], 1000)
     batch = parse_ok(buf)
-    assert [r.offset for r in fmt.iter_records(buf, batch, 0, 10**9)] == [1000, 1001, 1002]
+    assert [r.offset for r in parse.iter_records(buf, batch, 0, 10**9)] == [1000, 1001, 1002]
 
 
 def test_empty_batch_carries_registers() -> None:
@@ -177,7 +173,7 @@ def test_every_truncation_is_incomplete_never_a_batch(
 ) -> None:
     buf = build_batch(records, 0)
     for cut in range(len(buf)):
-        assert isinstance(fmt.parse_batch(buf[:cut], 0), Incomplete | Invalid)
+        assert isinstance(parse.parse_batch(buf[:cut], 0), Incomplete | Invalid)
 
 
 @settings(max_examples=40, deadline=None)
@@ -189,13 +185,13 @@ def test_any_flipped_byte_is_detected(
     i = data.draw(st.integers(min_value=0, max_value=len(buf) - 1))
     buf[i] ^= data.draw(st.integers(min_value=1, max_value=255))
     damaged = bytes(buf)
-    parsed = fmt.parse_batch(damaged, 0)
+    parsed = parse.parse_batch(damaged, 0)
     if isinstance(parsed, ParsedBatch):
         # Only the records region can be damaged without BEGIN/COMMIT noticing; then the batch
         # checksum fails and the damage is located.
         assert parsed.records_pos <= i < parsed.records_end
         assert not parsed.records_ok(damaged)
-        pos, _offset, reason = fmt.locate_damage(damaged, parsed)
+        pos, _offset, reason = parse.locate_damage(damaged, parsed)
         assert parsed.records_pos <= pos <= i
         assert reason
 
@@ -206,12 +202,12 @@ def test_locate_damage_names_the_record() -> None:
     batch = parse_ok(bytes(buf))
     third = batch.records_pos + 2 * int(batch.lens(bytes(buf))[0])
     buf[third + 50] ^= 0xFF
-    pos, offset, reason = fmt.locate_damage(bytes(buf), batch)
+    pos, offset, reason = parse.locate_damage(bytes(buf), batch)
     assert (pos, offset, reason) == (third, 102, "record checksum mismatch")
     # A damaged offset field is outside the record CRC but still caught.
     buf = bytearray(build_batch(recs, 100))
     buf[batch.records_pos + 8] ^= 1
-    pos, offset, reason = fmt.locate_damage(bytes(buf), batch)
+    pos, offset, reason = parse.locate_damage(bytes(buf), batch)
     assert (pos, offset) == (batch.records_pos, 100) and "offset" in reason
 
 
@@ -222,7 +218,7 @@ def test_iter_records_rejects_out_of_sequence_offsets() -> None:
         buf, batch.records_pos, *fmt.REC_PREFIX.unpack_from(buf, batch.records_pos)[:2], 6
     )
     with pytest.raises(RecordProblem, match="out of sequence"):
-        list(fmt.iter_records(bytes(buf), batch, 0, 100))
+        list(parse.iter_records(bytes(buf), batch, 0, 100))
 
 
 def test_parse_rejects_commit_that_disagrees_with_begin() -> None:
@@ -230,18 +226,18 @@ def test_parse_rejects_commit_that_disagrees_with_begin() -> None:
     b = build_batch([("", "a", b"1", [], 0)], 1)
     begin_and_records = parse_ok(a).records_end
     mixed = a[:begin_and_records] + b[begin_and_records:]
-    assert isinstance(fmt.parse_batch(mixed, 0), Invalid)
+    assert isinstance(parse.parse_batch(mixed, 0), Invalid)
 
 
 def test_compacted_flag_allows_offset_gaps_only_when_set() -> None:
     frames = bytearray()
-    lens = [fmt.append_record(frames, b"", b"k", b"v", b"", 0) for _ in range(2)]
+    lens = [encode.append_record(frames, b"", b"k", b"v", b"", 0) for _ in range(2)]
     arr = np.asarray(lens, dtype=np.uint32)
-    fmt.stamp_offsets(frames, arr, 0)
-    gap = b"".join(fmt.encode_batch(bytes(frames), arr, 0, 0, end=5, flags=FLAG_COMPACTED))
+    encode.stamp_offsets(frames, arr, 0)
+    gap = b"".join(encode.encode_batch(bytes(frames), arr, 0, 0, end=5, flags=FLAG_COMPACTED))
     assert parse_ok(gap).compacted
     assert isinstance(
-        fmt.parse_batch(b"".join(fmt.encode_batch(bytes(frames), arr, 0, 0, end=5)), 0), Invalid
+        parse.parse_batch(b"".join(encode.encode_batch(bytes(frames), arr, 0, 0, end=5)), 0), Invalid
     )
 
 
@@ -293,10 +289,10 @@ def test_consumer_entries_stop_at_a_torn_tail() -> None:
 
 def test_encode_single_matches_encode_batch() -> None:
     frames = bytearray()
-    length = fmt.append_record(frames, b"ns", b"key", b"value" * 3, b"", 77)
+    length = encode.append_record(frames, b"ns", b"key", b"value" * 3, b"", 77)
     prefix, body = bytes(frames[:16]), bytes(frames[16:])
-    single = fmt.encode_single(prefix, body, 41, 99)
-    fmt.stamp_offsets(frames, [length], 41)
-    assert single == b"".join(fmt.encode_batch(bytes(frames), [length], 41, 99))
+    single = encode.encode_single(prefix, body, 41, 99)
+    encode.stamp_offsets(frames, [length], 41)
+    assert single == b"".join(encode.encode_batch(bytes(frames), [length], 41, 99))
     batch = parse_ok(single)
-    assert [r.offset for r in fmt.iter_records(single, batch, 0, 100)] == [41]
+    assert [r.offset for r in parse.iter_records(single, batch, 0, 100)] == [41]

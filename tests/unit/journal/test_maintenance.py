@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sluiceway.journal import format as fmt
+from sluiceway.journal import parse
 from sluiceway.journal.compaction import (
     compact_segment_bytes,
     compaction_horizon,
@@ -10,8 +10,8 @@ from sluiceway.journal.compaction import (
     select_removals,
 )
 from sluiceway.journal.errors import ExpectationFailed
-from sluiceway.journal.journal import check_expectations
 from sluiceway.journal.retention import SegmentStat, select_expired
+from sluiceway.journal.writer import check_expectations
 from tests.support.journal_format import build_batch, parse_all
 
 E = [(0, b"", b"a"), (1, b"", b"b"), (2, b"", b"a"), (3, b"x", b"a"), (4, b"", b"b"), (5, b"", b"a")]
@@ -59,7 +59,7 @@ def test_compact_segment_bytes_keeps_frames_and_offsets() -> None:
     # A batch emptied without register updates disappears entirely.
     body2, _ = compact_segment_bytes(buf, batches, {2, 3})
     assert [(b.first, b.count) for b in parse_all(body2)] == [(0, 2), (4, 1)]
-    kept = [r for b in parse_all(body2) for r in fmt.iter_records(body2, b, 0, 10)]
+    kept = [r for b in parse_all(body2) for r in parse.iter_records(body2, b, 0, 10)]
     assert [(r.offset, r.key, r.value) for r in kept] == [(0, "a", b"v0"), (1, "b", b"v1"), (4, "z", b"")]
 
 

@@ -57,7 +57,7 @@ _READ_ROWS = 65_536
 
 
 @dataclass(frozen=True)
-class JournalPartition(InputPartition):  # type: ignore[misc]
+class JournalPartition(InputPartition):
     path: str
     lo: int
     hi: int
@@ -97,7 +97,7 @@ def starting_offset(path: str, options: Any) -> int:
         raise ValueError(f"startingOffset must be earliest, latest or a number, got {raw!r}") from None
 
 
-class JournalDataSource(DataSource):  # type: ignore[misc]
+class JournalDataSource(DataSource):
     """Reads and writes a sluiceway journal. See the module docstring for options."""
 
     @classmethod
@@ -117,7 +117,7 @@ class JournalDataSource(DataSource):  # type: ignore[misc]
         return JournalStreamWriter(dict(self.options))
 
 
-class JournalBatchReader(DataSourceReader):  # type: ignore[misc]
+class JournalBatchReader(DataSourceReader):
     def __init__(self, options: dict[str, Any]) -> None:
         self.path = required(options, "path", NAME)
         self.options = options
@@ -135,7 +135,7 @@ class JournalBatchReader(DataSourceReader):  # type: ignore[misc]
         return read_range(partition.path, partition.lo, partition.hi)
 
 
-class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, Any]) -> None:
         self.path = required(options, "path", NAME)
         self.options = options
@@ -219,12 +219,12 @@ def append_table(journal: Journal, table: pa.Table | pa.RecordBatch, sink: str, 
 
 
 @dataclass(frozen=True)
-class StagedFile(WriterCommitMessage):  # type: ignore[misc]
+class StagedFile(WriterCommitMessage):
     path: str | None
     rows: int
 
 
-class JournalStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
+class JournalStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: dict[str, Any]) -> None:
         self.path = required(options, "path", NAME)
         self.sink = option(options, "name", "sluice-sink") or "sluice-sink"

@@ -74,7 +74,7 @@ def split_key(key: str) -> tuple[str, int]:
 
 
 @dataclass(frozen=True)
-class KafkaPartition(InputPartition):  # type: ignore[misc]
+class KafkaPartition(InputPartition):
     topic: str
     partition: int
     lo: int
@@ -151,7 +151,7 @@ class _Admin:
         self.consumer.close()
 
 
-class KafkaDataSource(DataSource):  # type: ignore[misc]
+class KafkaDataSource(DataSource):
     """Reads and writes Kafka topics. See the module docstring for options."""
 
     @classmethod
@@ -168,7 +168,7 @@ class KafkaDataSource(DataSource):  # type: ignore[misc]
         return KafkaStreamWriter(dict(self.options))
 
 
-class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, Any]) -> None:
         self.conf = kafka_config(options)
         self.topics = [t.strip() for t in required(options, "topic", NAME).split(",") if t.strip()]
@@ -360,11 +360,11 @@ def produce_table(
 
 
 @dataclass(frozen=True)
-class Produced(WriterCommitMessage):  # type: ignore[misc]
+class Produced(WriterCommitMessage):
     rows: int
 
 
-class KafkaStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
+class KafkaStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: dict[str, Any]) -> None:
         self.conf = kafka_config(options)
         self.topic = option(options, "topic")

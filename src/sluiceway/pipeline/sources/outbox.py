@@ -200,7 +200,7 @@ def choose_new_batch(start: int, cursor: int, max_claimed: int) -> int:
 
 
 @dataclass(frozen=True)
-class OutboxPartition(InputPartition):  # type: ignore[misc]
+class OutboxPartition(InputPartition):
     dsn: str
     table: str
     lease_table: str
@@ -220,7 +220,7 @@ class _Listener:
         log.warning("outbox source: lease fenced")
 
 
-class OutboxDataSource(DataSource):  # type: ignore[misc]
+class OutboxDataSource(DataSource):
     """Streams an outbox table with MP/R semantics. See the module docstring."""
 
     @classmethod
@@ -234,7 +234,7 @@ class OutboxDataSource(DataSource):  # type: ignore[misc]
         return OutboxStreamReader(dict(self.options))
 
 
-class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # Constructed in several processes (the planner pickles it to executors): connections and
     # the lease are opened lazily, on the driver side only.
     def __init__(self, options: dict[str, Any]) -> None:

@@ -1,0 +1,17 @@
+"""Change data capture errors: one branch of the ``SluicewayError`` tree."""
+
+from __future__ import annotations
+
+from sluiceway.errors import SluicewayError
+
+
+class CdcError(SluicewayError):
+    """The database cannot be captured as configured; the message names what and how to fix it."""
+
+
+class SlotInUseError(CdcError):
+    """Another running pipeline reads the same replication slot."""
+
+
+class LostChangesError(CdcError):
+    """A sink's checkpoint points before the slot's confirmed position: changes in between are gone."""

@@ -1,0 +1,474 @@
+"""The PostgreSQL edge of change data capture: checks, slot and publication, decoding, chunks.
+
+One :class:`CdcSession` is one psycopg connection with pinned session settings (the text forms
+:mod:`sluiceway.cdc.values` relies on, and commits that flush). Statements live in
+``sql/postgres.sql``; the chunk ``SELECT`` is built here from a table's catalog description,
+with quoted identifiers only.
+
+Why SQL functions and not the streaming replication protocol: a Spark micro-batch must be
+replayable until every sink has committed it. ``pg_logical_slot_peek_binary_changes`` reads a
+range without consuming it, and ``pg_replication_slot_advance`` moves the slot exactly when the
+slowest sink has committed — the two operations the offset model needs, on an ordinary
+connection (psycopg 3 has no replication protocol). The price: every peek decodes from the
+slot's confirmed position, so a sink far ahead of a stopped one re-reads the WAL the stopped one
+holds back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import re
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sluiceway.cdc.assemble import Row, Snapshot
+from sluiceway.cdc.errors import CdcError, SlotInUseError
+from sluiceway.cdc.pgoutput import format_lsn
+from sluiceway.cdc.values import PgType, TypeRow, canonical_key, resolve, to_json
+from sluiceway.db.connection import map_db_error
+from sluiceway.db.dsn import Dialect, parse_dsn
+from sluiceway.db.queries import QuerySet
+from sluiceway.errors import DatabaseError
+
+log = logging.getLogger("sluiceway.cdc")
+
+_SLOT = re.compile(r"^[a-z0-9_]{1,63}$")
+_PUBLICATION = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def check_slot_name(name: str) -> str:
+    if not _SLOT.match(name):
+        raise CdcError(
+            f"slot {name!r}: use lower-case letters, digits and '_' (at most 63), as PostgreSQL requires"
+        )
+    return name
+
+
+def check_publication_name(name: str) -> str:
+    if not _PUBLICATION.match(name):
+        raise CdcError(
+            f"publication {name!r}: use lower-case letters, digits and '_' (at most 63), "
+            "starting with a letter"
+        )
+    return name
+
+
+def quote(name: str) -> str:
+    """A catalog name as a quoted SQL identifier (catalog names may hold any character)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+@dataclass(frozen=True, slots=True)
+class TableSpec:
+    """A captured table as the catalog describes it."""
+
+    oid: int
+    schema: str
+    name: str
+    #: ``(name, type oid)`` of every replicated column, in attribute order.
+    columns: tuple[tuple[str, int], ...]
+    #: Primary key columns; ``None``: no primary key, every column identifies a row (FULL identity).
+    key: tuple[str, ...] | None
+    identity: str
+
+    @property
+    def namespace(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+    @property
+    def sql_name(self) -> str:
+        return f"{quote(self.schema)}.{quote(self.name)}"
+
+
+@dataclass(frozen=True, slots=True)
+class SlotInfo:
+    plugin: str
+    slot_type: str
+    database: str | None
+    confirmed: int
+    restart: int
+    #: WAL bytes the slot keeps the server from recycling.
+    retained: int
+    active_pid: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRead:
+    """One chunk of a table: rows after ``after`` in key order, read under ``snapshot``."""
+
+    snapshot: Snapshot
+    read_time: int
+    keys: list[str]
+    values: list[bytes]
+    #: Where the next chunk starts (key column texts, or ``[page]`` for a table without a key).
+    last: list[str] | None
+    #: The table has no rows after this chunk.
+    done: bool
+
+
+def presence_name(slot: str, owner: str) -> str:
+    """``application_name`` of a pipeline run's sessions on a slot (fits PostgreSQL's 63 bytes)."""
+    return f"{presence_prefix(slot)}{owner[:16]}"
+
+
+def presence_prefix(slot: str) -> str:
+    return f"sluice-cdc/{hashlib.sha1(slot.encode()).hexdigest()[:16]}/"
+
+
+class CdcSession:
+    """One connection of a reader (not shared between threads)."""
+
+    def __init__(self, dsn: str, *, connect_timeout: float = 10.0) -> None:
+        self.source = parse_dsn(dsn)
+        if self.source.dialect is not Dialect.POSTGRES:
+            raise CdcError(
+                f"change data capture needs PostgreSQL; {self.source.redacted()} is "
+                f"{self.source.dialect.value}"
+            )
+        self.q = QuerySet("sluiceway.cdc", Dialect.POSTGRES)
+        self._timeout = connect_timeout
+        self._conn: Any = None
+        self._types: dict[int, TypeRow] = {}
+        self._mapped: dict[int, PgType] = {}
+
+    # -- connection ----------------------------------------------------------------------------
+    @property
+    def conn(self) -> Any:
+        if self._conn is None:
+            import psycopg
+
+            try:
+                self._conn = psycopg.connect(
+                    self.source.target, autocommit=True, connect_timeout=max(1, int(self._timeout))
+                )
+            except psycopg.Error as exc:
+                raise map_db_error(exc, f"cannot connect to {self.source.redacted()}") from exc
+            self._conn.execute(self.q["session"])
+        return self._conn
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def _rows(
+        self, sql: str, params: dict[str, Any] | Sequence[Any] | None, what: str
+    ) -> list[tuple[Any, ...]]:
+        import psycopg
+
+        try:
+            cur = self.conn.execute(sql, params)
+            return cur.fetchall() if cur.description is not None else []
+        except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError):
+                self.close()
+            raise map_db_error(exc, what) from exc
+
+    def rows(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        return self._rows(self.q[name], params, f"cdc: {name}")
+
+    def one(self, name: str, params: dict[str, Any] | None = None) -> tuple[Any, ...] | None:
+        found = self.rows(name, params)
+        return found[0] if found else None
+
+    @contextlib.contextmanager
+    def transaction(self, isolation: str = "") -> Iterator[None]:
+        self._rows(f"BEGIN {isolation}".strip(), None, "cdc: begin")
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self._rows("ROLLBACK", None, "cdc: rollback")
+            raise
+        self._rows("COMMIT", None, "cdc: commit")
+
+    # -- checks ----------------------------------------------------------------------------------
+    def check_server(self) -> str:
+        """Raise :class:`CdcError` naming the setting or privilege logical decoding lacks; the role."""
+        row = self.one("server")
+        assert row is not None
+        wal_level, encoding, user, can_replicate, database, version = row
+        if wal_level != "logical":
+            raise CdcError(
+                f"PostgreSQL's wal_level is {wal_level!r}, and change data capture needs 'logical': run "
+                "ALTER SYSTEM SET wal_level = logical; then restart the server"
+            )
+        if not can_replicate:
+            raise CdcError(
+                f"role {user!r} cannot read replication slots: it needs the REPLICATION attribute "
+                f"(ALTER ROLE {quote(user)} REPLICATION) or to be a superuser"
+            )
+        if encoding not in ("UTF8", "SQL_ASCII"):
+            raise CdcError(f"database {database!r} is encoded in {encoding}; change data capture reads UTF8")
+        if int(version) < 150000:
+            raise CdcError(f"change data capture needs PostgreSQL 15 or newer (this server is {version})")
+        return str(user)
+
+    def resolve_tables(self, tables: Sequence[str] | str) -> list[TableSpec]:
+        """The configured tables (a list of names, or a regular expression over ``schema.table``)."""
+        if isinstance(tables, str):
+            pattern = re.compile(tables)
+            names = [r[0] for r in self.rows("tables") if pattern.search(r[0])]
+            if not names:
+                raise CdcError(f"no table matches {tables!r}")
+        else:
+            names = list(tables)
+        specs = [self.describe(name) for name in names]
+        seen: set[str] = set()
+        for spec in specs:
+            if spec.namespace in seen:
+                raise CdcError(f"table {spec.namespace} is listed twice")
+            seen.add(spec.namespace)
+        return specs
+
+    def describe(self, name: str) -> TableSpec:
+        try:
+            row = self.one("table", {"name": name})
+        except DatabaseError as exc:
+            raise CdcError(f"table {name!r}: {exc}") from exc
+        if row is None:
+            raise CdcError(f"table {name!r} does not exist in database {self.source.redacted()}")
+        oid, schema, relname, identity, readable = row
+        namespace = f"{schema}.{relname}"
+        if not readable:
+            raise CdcError(
+                f"this role may not read table {namespace}: GRANT SELECT ON {namespace} TO <the role>"
+            )
+        columns = tuple((str(n), int(t)) for n, t in self.rows("columns", {"oid": oid}))
+        key = tuple(str(r[0]) for r in self.rows("primary_key", {"oid": oid})) or None
+        if identity == "n":
+            raise CdcError(
+                f"table {namespace} has REPLICA IDENTITY NOTHING, so its updates and deletes cannot be "
+                f"published: ALTER TABLE {namespace} REPLICA IDENTITY DEFAULT"
+            )
+        if key is None and identity != "f":
+            raise CdcError(
+                f"table {namespace} has no primary key: add one, or ALTER TABLE {namespace} REPLICA IDENTITY "
+                "FULL (then every column together identifies a row)"
+            )
+        return TableSpec(int(oid), str(schema), str(relname), columns, key, str(identity))
+
+    # -- types -----------------------------------------------------------------------------------
+    def types(self, oids: Iterable[int]) -> dict[int, PgType]:
+        """The JSON mapping of each type (cached; looks up domains' bases and arrays' elements)."""
+        wanted = set(oids)
+        missing = {o for o in wanted if o not in self._mapped}
+        while missing:
+            fresh = [o for o in missing if o not in self._types]
+            for oid, typtype, category, element, delim, base in (
+                self.rows("types", {"oids": fresh}) if fresh else []
+            ):
+                self._types[oid] = TypeRow(oid, typtype, category, element, delim, base)
+            for oid in fresh:
+                self._types.setdefault(oid, TypeRow(oid, "b", "U", 0, ",", 0))
+            missing = {
+                ref
+                for oid in missing
+                for ref in (self._types[oid].base, self._types[oid].element)
+                if ref and ref not in self._types
+            }
+        for oid in wanted:
+            self._mapped.setdefault(oid, resolve(oid, self._types))
+        return {oid: self._mapped[oid] for oid in wanted}
+
+    # -- publication and slot --------------------------------------------------------------------
+    def ensure_publication(self, name: str, tables: Sequence[TableSpec]) -> None:
+        """Create the publication for ``tables`` if missing; add tables it lacks (or say how)."""
+        check_publication_name(name)
+        listed = ", ".join(t.sql_name for t in tables)
+        row = self.one("publication", {"name": name})
+        if row is None:
+            statement = (
+                f"CREATE PUBLICATION {name} FOR TABLE {listed} WITH (publish_via_partition_root = true)"
+            )
+            self._ddl(statement, f"cannot create publication {name!r}")
+            log.info("cdc: created publication %s for %s", name, listed)
+            return
+        pub_insert, pub_update, pub_delete, _truncate, all_tables = row
+        if not (pub_insert and pub_update and pub_delete):
+            raise CdcError(
+                f"publication {name!r} does not publish every insert, update and delete: "
+                f"ALTER PUBLICATION {name} "
+                "SET (publish = 'insert, update, delete, truncate')"
+            )
+        if all_tables:
+            return
+        present = {r[0] for r in self.rows("publication_tables", {"name": name})}
+        lacking = [t for t in tables if t.namespace not in present]
+        if lacking:
+            add = ", ".join(t.sql_name for t in lacking)
+            self._ddl(f"ALTER PUBLICATION {name} ADD TABLE {add}", f"publication {name!r} lacks {add}")
+            log.info("cdc: added %s to publication %s", add, name)
+
+    def _ddl(self, statement: str, problem: str) -> None:
+        try:
+            self._rows(statement, None, "cdc: publication")
+        except DatabaseError as exc:
+            cause = str(exc).split(": ", 2)[-1].splitlines()[0]
+            raise CdcError(f"{problem} ({cause}); as the tables' owner, run: {statement}") from exc
+
+    def slot(self, name: str) -> SlotInfo | None:
+        row = self.one("slot", {"slot": name})
+        if row is None:
+            return None
+        plugin, kind, database, confirmed, restart, retained, pid = row
+        return SlotInfo(
+            plugin, kind, database, int(confirmed or 0), int(restart or 0), int(retained or 0), pid
+        )
+
+    def ensure_slot(self, name: str) -> tuple[SlotInfo, bool]:
+        """The slot, created (pgoutput) when missing; and whether it was created now."""
+        check_slot_name(name)
+        created = False
+        info = self.slot(name)
+        if info is None:
+            self.rows("create_slot", {"slot": name})
+            log.info("cdc: created replication slot %s", name)
+            info, created = self.slot(name), True
+            assert info is not None
+        if info.slot_type != "logical" or info.plugin != "pgoutput":
+            raise CdcError(
+                f"slot {name!r} is a {info.slot_type} slot for {info.plugin!r}; "
+                "it must be logical, for pgoutput"
+            )
+        database = self.one("server")
+        if database is not None and info.database != database[4]:
+            raise CdcError(f"slot {name!r} belongs to database {info.database!r}, not {database[4]!r}")
+        return info, created
+
+    def drop_slot(self, name: str) -> None:
+        self.rows("drop_slot", {"slot": check_slot_name(name)})
+
+    @contextlib.contextmanager
+    def slot_lock(self, slot: str) -> Iterator[None]:
+        """Hold the slot against this reader's other processes while decoding or advancing it."""
+        key = f"sluice-cdc-slot:{slot}"
+        self.rows("lock_slot", {"key": key})
+        try:
+            yield
+        finally:
+            with contextlib.suppress(DatabaseError):
+                self.rows("unlock_slot", {"key": key})
+
+    def peek(self, slot: str, publication: str, upto: int | None, limit: int | None) -> list[Row]:
+        params = {
+            "slot": slot,
+            "publication": publication,
+            "upto": None if upto is None else format_lsn(upto),
+            "n": limit,
+        }
+        return [(int(lsn), int(xid), bytes(data)) for lsn, xid, data in self.rows("peek", params)]
+
+    def advance(self, slot: str, position: int) -> None:
+        self.rows("advance", {"slot": slot, "lsn": format_lsn(position)})
+
+    def emit(self, prefix: str, content: str) -> int:
+        """Write a watermark into the WAL (flushed); its position."""
+        row = self.one("emit", {"prefix": prefix, "content": content})
+        assert row is not None
+        return int(row[0])
+
+    def flush_position(self) -> int:
+        row = self.one("flush_position")
+        assert row is not None
+        return int(row[0])
+
+    # -- presence: one pipeline run per slot -------------------------------------------------------
+    def claim_presence(self, slot: str, owner: str, timeout: float) -> None:
+        """Name this session after the run; fail if another run's sessions read the slot.
+
+        Sessions name themselves in ``application_name``, so a killed run's claim vanishes with its
+        connections. Waits up to ``timeout`` for another run to go (a restart after a crash).
+        """
+        mine = presence_name(slot, owner)
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.transaction():
+                self.rows("lock_presence", {"key": f"sluice-cdc-presence:{slot}"})
+                others = self.rows("others_present", {"pattern": presence_prefix(slot) + "%", "mine": mine})
+                if not others:
+                    self._rows("SELECT set_config('application_name', %s, false)", [mine], "cdc: presence")
+            if not others:
+                return
+            if time.monotonic() >= deadline:
+                _, pid, age = others[0]
+                raise SlotInUseError(
+                    f"replication slot {slot!r} is used by another running pipeline (database session pid "
+                    f"{pid}, connected {age} ago): stop it first, or give this pipeline a slot of its own"
+                )
+            time.sleep(0.5)
+
+    # -- copying ---------------------------------------------------------------------------------
+    def read_chunk(self, table: TableSpec, after: list[str] | None, size: int) -> ChunkRead:
+        """The next ``size`` rows of ``table`` after ``after`` (key order), under a fresh snapshot."""
+        types = self.types(t for _, t in table.columns)
+        select = ", ".join(
+            f"{quote(c)}::text AS {quote(c)}" if types[t].as_text else quote(c) for c, t in table.columns
+        )
+        if table.key is None:
+            sql, params, next_page, done = self._page_chunk(table, select, after, size)
+        else:
+            keys = ", ".join(quote(k) for k in table.key)
+            where = f"WHERE ({keys}) > ({', '.join(['%s'] * len(table.key))})" if after else ""
+            texts = ", ".join(f"x.{quote(k)}::text" for k in table.key)
+            sql = (
+                f"SELECT {texts}, row_to_json(x)::text FROM "
+                f"(SELECT {select} FROM {table.sql_name} {where} ORDER BY {keys} LIMIT %s) x"
+            )
+            params = [*(after or []), size]
+        with self.transaction("ISOLATION LEVEL REPEATABLE READ READ ONLY"):
+            row = self.one("snapshot")
+            assert row is not None
+            rows = self._rows(sql, params, f"cdc: copy {table.namespace}")
+        snapshot, read_time = Snapshot.parse(row[0]), int(row[1])
+        if table.key is None:
+            values = [r[0] for r in rows]
+            keys_out = [
+                json.dumps(list(json.loads(v).values()), separators=(",", ":"), ensure_ascii=False)
+                for v in values
+            ]
+            return ChunkRead(snapshot, read_time, keys_out, [v.encode() for v in values], next_page, done)
+        n = len(table.key)
+        if n == 1:
+            keys_out = [r[0] for r in rows]
+        else:
+            key_types = [types[dict(table.columns)[k]] for k in table.key]
+            keys_out = [canonical_key([to_json(r[i], key_types[i]) for i in range(n)]) for r in rows]
+        last = [str(v) for v in rows[-1][:n]] if rows else after
+        return ChunkRead(snapshot, read_time, keys_out, [r[n].encode() for r in rows], last, len(rows) < size)
+
+    def _page_chunk(
+        self, table: TableSpec, select: str, after: list[str] | None, size: int
+    ) -> tuple[str, list[Any], list[str], bool]:
+        """A table without a key is copied by ranges of heap pages (TID range scans)."""
+        pages, tuples = self._rows(
+            "SELECT greatest(pg_relation_size(%s::oid) / current_setting('block_size')::int, 1), "
+            "greatest(reltuples, 0) FROM pg_class WHERE oid = %s::oid",
+            [table.oid, table.oid],
+            "cdc: table size",
+        )[0]
+        first = int(after[0]) if after else 0
+        per_page = max(1.0, float(tuples) / max(1, int(pages)))
+        span = max(1, int(size / per_page))
+        end = first + span
+        if end >= int(pages):
+            return (
+                f"SELECT row_to_json(x)::text FROM (SELECT {select} FROM {table.sql_name} "
+                "WHERE ctid >= %s::tid) x",
+                [f"({first},0)"],
+                [str(end)],
+                True,
+            )
+        return (
+            f"SELECT row_to_json(x)::text FROM (SELECT {select} FROM {table.sql_name} "
+            "WHERE ctid >= %s::tid AND ctid < %s::tid) x",
+            [f"({first},0)", f"({end},0)"],
+            [str(end)],
+            False,
+        )

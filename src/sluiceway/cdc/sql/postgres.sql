@@ -1,0 +1,134 @@
+-- Change data capture from PostgreSQL: every statement the reader runs that is not built from a
+-- table's columns at run time (those are in sluiceway.cdc.postgres, with quoted identifiers).
+-- PostgreSQL only: logical decoding has no equivalent in the other dialects.
+
+-- name: server
+-- What logical decoding needs of the server and of our role, read once before anything else.
+SELECT current_setting('wal_level'),
+       current_setting('server_encoding'),
+       current_user,
+       (SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user),
+       current_database(),
+       current_setting('server_version_num')::int;
+
+-- name: session
+-- The text forms of values that the JSON mapping relies on (sluiceway.cdc.values), and commits
+-- that flush: a watermark must be on disk before anyone can decode past it.
+SET TimeZone = 'UTC';
+SET DateStyle = 'ISO, YMD';
+SET IntervalStyle = 'postgres';
+SET extra_float_digits = 1;
+SET bytea_output = 'hex';
+SET synchronous_commit = 'on';
+
+-- name: tables
+-- Every ordinary or partitioned table, as schema.table: matched against a configured pattern.
+SELECT n.nspname || '.' || c.relname
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind IN ('r', 'p')
+  AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+  AND n.nspname NOT LIKE 'pg\_toast%'
+  AND n.nspname NOT LIKE 'pg\_temp%'
+ORDER BY 1;
+
+-- name: table
+-- One configured table by name (to_regclass parses it as SQL would; NULL when there is none):
+-- its catalog name, replica identity and whether we may read it.
+SELECT c.oid, n.nspname, c.relname, c.relreplident, has_table_privilege(c.oid, 'SELECT')
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid = to_regclass(%(name)s);
+
+-- name: columns
+-- A table's columns in attribute order, as pgoutput sends them: dropped and generated columns
+-- are not replicated, so the copy leaves them out too.
+SELECT a.attname, a.atttypid::int
+FROM pg_attribute a
+WHERE a.attrelid = %(oid)s AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
+ORDER BY a.attnum;
+
+-- name: primary_key
+-- The primary key's columns in key order (what a record's key is made of, and the copy's order).
+SELECT a.attname
+FROM pg_index i
+JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) ON true
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+WHERE i.indrelid = %(oid)s AND i.indisprimary
+ORDER BY k.ord;
+
+-- name: types
+-- pg_type rows for the JSON mapping: domains resolve to their base, arrays to their element.
+SELECT oid::int, typtype, typcategory, typelem::int, typdelim, typbasetype::int
+FROM pg_type WHERE oid = ANY(%(oids)s);
+
+-- name: publication
+-- Whether the publication exists and which operations it publishes.
+SELECT pubinsert, pubupdate, pubdelete, pubtruncate, puballtables
+FROM pg_publication WHERE pubname = %(name)s;
+
+-- name: publication_tables
+-- The tables a publication covers, by catalog name.
+SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = %(name)s;
+
+-- name: slot
+-- A replication slot's kind, owner database, and how much WAL it holds back.
+SELECT plugin, slot_type, database,
+       (confirmed_flush_lsn - '0/0'::pg_lsn)::bigint,
+       (restart_lsn - '0/0'::pg_lsn)::bigint,
+       pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint,
+       active_pid
+FROM pg_replication_slots WHERE slot_name = %(slot)s;
+
+-- name: create_slot
+-- A logical slot for pgoutput; it keeps every change from now on until it is advanced.
+SELECT (lsn - '0/0'::pg_lsn)::bigint FROM pg_create_logical_replication_slot(%(slot)s, 'pgoutput');
+
+-- name: drop_slot
+-- Releases the WAL the slot held. Fails while a session is using it.
+SELECT pg_drop_replication_slot(%(slot)s);
+
+-- name: peek
+-- The slot's changes from its confirmed position, without consuming them (a micro-batch stays
+-- replayable until every sink committed it). Decoding stops after the first transaction that
+-- ends at or past upto, or after the transaction in which the row count passed n.
+SELECT (lsn - '0/0'::pg_lsn)::bigint, xid::text::bigint, data
+FROM pg_logical_slot_peek_binary_changes(
+    %(slot)s, %(upto)s::pg_lsn, %(n)s,
+    'proto_version', '1', 'publication_names', %(publication)s, 'messages', 'true');
+
+-- name: advance
+-- Moves the slot's confirmed position: the server may now recycle the WAL before it.
+SELECT (end_lsn - '0/0'::pg_lsn)::bigint FROM pg_replication_slot_advance(%(slot)s, %(lsn)s::pg_lsn);
+
+-- name: emit
+-- A watermark: a non-transactional logical message (its position in the stream is its own LSN).
+-- pg_current_xact_id() gives the statement a transaction whose commit flushes the WAL up to the
+-- message (synchronous_commit is on in our sessions), so decoding can reach it at once.
+SELECT (pg_logical_emit_message(false, %(prefix)s, %(content)s) - '0/0'::pg_lsn)::bigint, pg_current_xact_id();
+
+-- name: flush_position
+-- How far decoding can read now (the WAL flushed to disk).
+SELECT (pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::bigint;
+
+-- name: snapshot
+-- The snapshot a chunk is read in (first statement of its REPEATABLE READ transaction, so the
+-- chunk's SELECT uses exactly this one): which transactions its rows already reflect.
+SELECT pg_current_snapshot()::text, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+
+-- name: lock_slot
+-- Serialises decoding and advancing of one slot between processes: a slot serves one session
+-- at a time and fails the others ("replication slot is active") instead of waiting.
+SELECT pg_advisory_lock(hashtext(%(key)s));
+
+-- name: unlock_slot
+-- Releases lock_slot.
+SELECT pg_advisory_unlock(hashtext(%(key)s));
+
+-- name: lock_presence
+-- Serialises "is another pipeline reading this slot?" checks (transaction-scoped).
+SELECT pg_advisory_xact_lock(hashtext(%(key)s));
+
+-- name: others_present
+-- Sessions of other pipeline runs on the same slot (they name themselves in application_name).
+SELECT application_name, pid, now() - backend_start
+FROM pg_stat_activity
+WHERE application_name LIKE %(pattern)s AND application_name <> %(mine)s AND pid <> pg_backend_pid();

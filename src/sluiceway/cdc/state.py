@@ -1,0 +1,220 @@
+"""What the readers of one CDC source share on disk, beside the pipeline's checkpoints.
+
+``<state dir>/`` (the pipeline passes ``<checkpoint>/_cdc``):
+
+* ``state.json`` — the copy's progress per table (where the next chunk starts, rows copied,
+  whether it completed and where its ``T`` marker is), the chunk being taken, the position of
+  the last watermark (the copy's *frontier*), and where each chunk's window closed;
+* ``positions.json`` — each sink's committed position: the slot is advanced to their minimum;
+* ``chunks/<id>.arrow`` — a copied chunk's rows (key, JSON value) and its snapshot, written and
+  fsynced before its ``H`` watermark, removed once the slot has passed its close;
+* ``spill/<sink>/<end>-<part>.arrow`` — a planned micro-batch's records, so the tasks that run
+  it read them instead of decoding the slot again (a missing file is decoded again: the WAL and
+  the chunk files determine a batch).
+
+Every read-modify-write holds ``lock`` (``flock``), so the query processes of one pipeline run
+can share it; taking a chunk holds it throughout, so finding a chunk ``open`` while holding the
+lock means its taker died.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from sluiceway.cdc.assemble import Chunk, Snapshot
+
+
+@dataclass
+class TableCopy:
+    #: Where the next chunk starts: the last copied key's column texts (``[page]`` without a key).
+    last: list[str] | None = None
+    rows: int = 0
+    chunks: int = 0
+    done: bool = False
+    #: Position of the table's ``T`` marker (its copy complete).
+    completed_at: int | None = None
+
+
+@dataclass
+class CopyState:
+    next_chunk: int = 1
+    tables: dict[str, TableCopy] = field(default_factory=dict)
+    #: The chunk being taken: its ``L`` may be in the WAL, its ``H`` not yet.
+    open: int | None = None
+    #: Position of the last watermark written (readers at or past it may take the next chunk).
+    frontier: int = 0
+    #: Where each chunk's window closed (``H`` or ``A``), until the slot passes it.
+    closes: dict[str, int] = field(default_factory=dict)
+    #: Position when the last table's copy completed.
+    done_at: int | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CopyState:
+        tables = {k: TableCopy(**v) for k, v in data.get("tables", {}).items()}
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k != "tables"}
+        return cls(tables=tables, **known)
+
+
+class SourceState:
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.dir = Path(directory)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / "lock", "a+") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+    def try_locked(self) -> contextlib.AbstractContextManager[bool]:
+        """Like :meth:`locked`, but yields False at once when another process holds the lock."""
+
+        @contextlib.contextmanager
+        def attempt() -> Iterator[bool]:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            with open(self.dir / "lock", "a+") as lock:
+                try:
+                    fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    yield False
+                    return
+                try:
+                    yield True
+                finally:
+                    fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+        return attempt()
+
+    # -- the copy ----------------------------------------------------------------------------------
+    def load(self) -> CopyState:
+        try:
+            return CopyState.from_json(json.loads((self.dir / "state.json").read_text()))
+        except FileNotFoundError:
+            return CopyState()
+
+    def save(self, state: CopyState) -> None:
+        _write_json(self.dir / "state.json", asdict(state))
+
+    # -- sinks' positions --------------------------------------------------------------------------
+    def positions(self) -> dict[str, int]:
+        try:
+            return {k: int(v) for k, v in json.loads((self.dir / "positions.json").read_text()).items()}
+        except FileNotFoundError:
+            return {}
+
+    def record_position(self, consumer: str, position: int) -> dict[str, int]:
+        """Record that ``consumer`` committed everything up to ``position`` (never moves back)."""
+        with self.locked():
+            positions = self.positions()
+            positions[consumer] = max(position, positions.get(consumer, 0))
+            _write_json(self.dir / "positions.json", positions)
+            return positions
+
+    # -- chunks ------------------------------------------------------------------------------------
+    def chunk_path(self, chunk: int) -> Path:
+        return self.dir / "chunks" / f"{chunk}.arrow"
+
+    def write_chunk(
+        self,
+        chunk: int,
+        namespace: str,
+        snapshot: Snapshot,
+        read_time: int,
+        keys: list[str],
+        values: list[bytes],
+    ) -> None:
+        """Save a chunk durably (before its ``H`` watermark makes it part of the stream)."""
+        path = self.chunk_path(chunk)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        meta = {
+            b"namespace": namespace.encode(),
+            b"snapshot": str(snapshot).encode(),
+            b"read_time": str(read_time).encode(),
+        }
+        table = pa.table(
+            {"key": pa.array(keys, pa.string()), "value": pa.array(values, pa.binary())}
+        ).replace_schema_metadata(meta)
+        tmp = path.with_suffix(".tmp")
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        _fsync(tmp)
+        os.replace(tmp, path)
+        _fsync(path.parent)
+
+    def load_chunk(self, chunk: int) -> Chunk | None:
+        try:
+            with pa.memory_map(str(self.chunk_path(chunk))) as source:
+                table = pa.ipc.open_file(source).read_all()
+        except FileNotFoundError:
+            return None
+        meta = table.schema.metadata or {}
+        return Chunk(
+            chunk,
+            meta[b"namespace"].decode(),
+            Snapshot.parse(meta[b"snapshot"].decode()),
+            int(meta[b"read_time"]),
+            table.column("key").to_pylist(),
+            table.column("value").to_pylist(),
+        )
+
+    def forget_chunks(self, passed: int) -> None:
+        """Remove the files of chunks whose window closed at or before ``passed`` (the slot's position)."""
+        with self.locked():
+            state = self.load()
+            gone = [cid for cid, close in state.closes.items() if close <= passed]
+            for cid in gone:
+                with contextlib.suppress(FileNotFoundError):
+                    self.chunk_path(int(cid)).unlink()
+                del state.closes[cid]
+            if gone:
+                self.save(state)
+
+    # -- spilled batches ---------------------------------------------------------------------------
+    def spill_dir(self, consumer: str) -> Path:
+        return self.dir / "spill" / consumer
+
+    def spill_path(self, consumer: str, end: int, part: int) -> Path:
+        return self.spill_dir(consumer) / f"{end:020d}-{part:04d}.arrow"
+
+    def forget_spills(self, consumer: str, upto: int) -> None:
+        """Remove ``consumer``'s spilled batches ending at or before ``upto`` (committed)."""
+        try:
+            names = os.listdir(self.spill_dir(consumer))
+        except FileNotFoundError:
+            return
+        for name in names:
+            try:
+                end = int(name.split("-", 1)[0])
+            except ValueError:
+                continue
+            if end <= upto:
+                with contextlib.suppress(FileNotFoundError):
+                    (self.spill_dir(consumer) / name).unlink()
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    _fsync(tmp)
+    os.replace(tmp, path)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,49 @@
+"""Types every configuration model shares: the strict base model, durations, SQL identifiers.
+
+Used as field annotations, so each rule is written once and validated the same way in the
+harvester's ``reaper.yaml`` and in pipeline specs::
+
+    class Example(StrictModel):
+        timeout: Duration = 5.0              # "500ms", "1m30s" or seconds
+        table: TableName = "outbox"          # checked against the identifier pattern
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Annotated, Any, TypeVar
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+
+from sluiceway.config.loader import parse_duration
+from sluiceway.db.identifiers import check_identifier
+from sluiceway.errors import ConfigError
+
+T = TypeVar("T")
+
+
+class StrictModel(BaseModel):
+    """Frozen once validated; an unknown key is an error; fields by name or by alias."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+def _reported(check: Callable[[Any], T]) -> Callable[[Any], T]:
+    """Our checks raise ConfigError; pydantic reports a ValueError as the field's problem."""
+
+    def validate(value: Any) -> T:
+        try:
+            return check(value)
+        except ConfigError as exc:
+            raise ValueError(exc.problem) from None
+
+    return validate
+
+
+#: Seconds, given as a Go-style duration (``500ms``, ``1m30s``) or a number; never negative.
+Duration = Annotated[float, BeforeValidator(_reported(parse_duration)), Field(ge=0)]
+#: A table name from configuration (optionally ``schema.table``), safe to quote into SQL.
+TableName = Annotated[str, AfterValidator(_reported(check_identifier))]
+#: Any other SQL identifier from configuration (a column, say), safe to quote into SQL.
+SqlIdentifier = Annotated[str, AfterValidator(_reported(partial(check_identifier, what="identifier")))]
