@@ -11,16 +11,9 @@ from pathlib import Path
 import pytest
 
 from sluiceway.testing import Broker, wait_until
-from tests.chaos.harness import (
-    Reaper,
-    Writers,
-    check_per_key_order,
-    outbox_count,
-    prepare_outbox,
-    read_topic,
-    the_leader,
-    write_config,
-)
+from tests.support.order import check_per_key_order, read_topic
+from tests.support.outbox import Writers, outbox_count, prepare_outbox
+from tests.support.reaper import Reaper, the_leader, write_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka, pytest.mark.timeout(600)]
 

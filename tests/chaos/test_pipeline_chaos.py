@@ -21,7 +21,9 @@ import yaml
 from sluiceway.db import Database
 from sluiceway.journal import Journal
 from sluiceway.testing import wait_until
-from tests.chaos.harness import ROOT, Writers, check_per_key_order, prepare_outbox
+from tests.support import ROOT
+from tests.support.order import check_per_key_order
+from tests.support.outbox import Writers, prepare_outbox
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from sluiceway.db import Dialect, load_queries, parse_blocks, parse_dsn, quote_identifier
+from sluiceway.db import Dialect, dsn_warnings, load_queries, parse_blocks, parse_dsn, quote_identifier
 from sluiceway.errors import InvalidIdentifierError, UnsupportedDsnError
 
 
@@ -53,6 +53,37 @@ def test_mysql_kwargs_and_redaction() -> None:
 def test_unsupported_dsn_is_a_clear_error(dsn: str) -> None:
     with pytest.raises(UnsupportedDsnError):
         parse_dsn(dsn)
+
+
+def test_an_empty_value_followed_by_a_space_is_the_goharvest_dsn_trap() -> None:
+    # goharvest's sample: libpq reads "dbname=app" as the password and connects to "postgres".
+    (warning,) = dsn_warnings("host=localhost port=5432 user=postgres password= dbname=app sslmode=disable")
+    assert warning.startswith("password= is empty but followed by a space")
+    assert "takes the next setting, dbname=…, as the value of password" in warning
+    assert "the database named after the user is used" in warning
+    assert "write password='' or leave password out" in warning
+    (warning,) = dsn_warnings("host=h user=  password=secret dbname=x")
+    assert "password=…" in warning and "secret" not in warning  # never repeats a value
+    assert "named after the user" not in warning
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "host=localhost user=postgres password='' dbname=app",  # the fix
+        "host=localhost user=postgres dbname=app",  # the other fix
+        "host=localhost user=postgres password=",  # empty at the end: nothing swallowed
+        "host=localhost password = s3cret dbname=app",  # spaces around '=' with a real value
+        "host=localhost password= 'quoted' dbname=app",
+        "host=localhost options='-c a= b=c' dbname=app",  # inside quotes
+        r"host=localhost password=a\ b=c dbname=app",  # an escaped space is part of the value
+        "postgresql://postgres@localhost/app",  # URLs have no key=value settings
+        "sqlite:///app.db",
+        "mysql://root@127.0.0.1/app",
+    ],
+)
+def test_dsns_without_the_trap_give_no_warning(dsn: str) -> None:
+    assert dsn_warnings(dsn) == []
 
 
 def test_mysql_error_masks_password() -> None:

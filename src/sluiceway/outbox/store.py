@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 
 from sluiceway.db import Database, Dialect
-from sluiceway.outbox.record import MarkedRecord
+from sluiceway.outbox.record import MAX_ERROR_LENGTH, MarkedRecord
 from sluiceway.outbox.table import OutboxLayout, decode_rows, discover, queries
 
 
@@ -52,7 +52,7 @@ class SqlOutboxStore:
         with self.db.transaction():
             self.db.execute(
                 self.q["bury"],
-                {"id": record.id, "error": error[:4000], "attempts": attempts},
+                {"id": record.id, "error": error[:MAX_ERROR_LENGTH], "attempts": attempts},
                 what="dead-letter",
             )
             self.db.execute(self.q["purge_one"], {"id": record.id}, what="dead-letter")

@@ -12,9 +12,8 @@ from sluiceway.db import Database
 from sluiceway.harvest import Harvest, RecordDeadLettered
 from sluiceway.outbox import init_outbox
 from sluiceway.testing import Broker, wait_until
-from tests.chaos.harness import outbox_count
-from tests.contract.test_stasher import user_connection
-from tests.integration.harvest.helpers import Recorder, kafka_config, started
+from tests.support.harvest import Recorder, kafka_config, started
+from tests.support.outbox import outbox_count, user_connection
 
 pytestmark = pytest.mark.kafka
 

@@ -12,7 +12,7 @@ from confluent_kafka import KafkaError, KafkaException
 from sluiceway.election import NeliCampaign
 from sluiceway.election.neli import _already_exists
 from sluiceway.testing import ManualClock
-from tests.unit.election.recorder import Events
+from tests.support.election import Events
 
 TOPIC = "orders-leader"
 TIMEOUT = 5.0

@@ -87,3 +87,6 @@ SELECT count(*) FROM {dead}
 
 -- name: table_exists
 SELECT count(*) > 0 FROM information_schema.tables WHERE table_name = %(name)s AND table_schema = DATABASE()
+
+-- name: current_database
+SELECT DATABASE()

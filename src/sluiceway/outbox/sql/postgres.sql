@@ -89,3 +89,7 @@ SELECT count(*) FROM {dead}
 
 -- name: table_exists
 SELECT to_regclass(%(name)s) IS NOT NULL
+
+-- name: current_database
+-- Logged at start-up: the database the DSN actually reached (see db/dsn.py's dsn_warnings).
+SELECT current_database()

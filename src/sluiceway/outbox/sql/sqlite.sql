@@ -89,3 +89,7 @@ SELECT count(*) FROM {dead}
 
 -- name: table_exists
 SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = :name
+
+-- name: current_database
+-- The file behind the connection ('' for an in-memory database).
+SELECT file FROM pragma_database_list WHERE name = 'main'
