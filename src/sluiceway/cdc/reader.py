@@ -219,10 +219,11 @@ class CdcReader:
                     types=session.types,
                     chunks=self.state.load_chunk,
                 )
-                truncated = wanted is not None and len(rows) >= wanted
-                if not truncated or limit is None or len(asm.columns) >= limit or asm.pending is not None:
+                if wanted is None or limit is None or len(rows) < wanted:
+                    return asm  # the slot had no more to give
+                if len(asm.columns) >= limit or asm.pending is not None:
                     return asm
-                wanted = wanted * 4
+                wanted *= 4
 
     def _close_pending(self, chunk: int) -> int | None:
         """A window with no close in the decoded WAL: where it closes, closing it if its taker died."""
