@@ -277,6 +277,15 @@ class CdcReader:
             )
         return split_parts(asm.columns, self.options.partitions)[part]
 
+    def peek(self, start: int, end: int, limit: int) -> pa.RecordBatch:
+        """Records with ``start <= offset < end`` still in the slot (for an operator; moves nothing)."""
+        info = self.session.slot(self.options.slot)
+        if info is None:
+            raise CdcError(f"replication slot {self.options.slot!r} does not exist")
+        low = max(start - 1, info.confirmed)
+        asm = self._decode(low, max(low, end - 1), limit)
+        return to_arrow(asm.columns)
+
     # -- committing --------------------------------------------------------------------------------
     def commit(self, end: int) -> None:
         self._committed(end)
