@@ -8,11 +8,13 @@ import random
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psycopg
 
 from sluiceway.cdc import CdcReader
+from sluiceway.journal import Journal, JournalError
 
 SCHEMA = """
 CREATE TABLE orders (id bigint PRIMARY KEY, version bigint NOT NULL, note text, payload jsonb,
@@ -192,3 +194,28 @@ def drain(
         reader.commit(end)
         position = end
     raise AssertionError("drain did not finish")
+
+
+def slot_confirmed(dsn: str, slot: str) -> int:
+    """The slot's confirmed position (0 when there is no such slot)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT (confirmed_flush_lsn - '0/0'::pg_lsn)::bigint FROM pg_replication_slots "
+            "WHERE slot_name = %s",
+            (slot,),
+        ).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def journal_records(path: Path) -> list[dict[str, Any]]:
+    """A journal sink's records as dicts (empty while it does not exist or is being created)."""
+    if not path.exists():
+        return []
+    try:
+        with Journal.open(path, read_only=True) as journal:
+            return [
+                {"namespace": r.namespace, "key": r.key, "value": r.value, "headers": r.headers}
+                for r in journal.read()
+            ]
+    except JournalError:
+        return []

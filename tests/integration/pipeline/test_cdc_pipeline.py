@@ -11,10 +11,18 @@ from typing import Any
 import psycopg
 import pytest
 
-from sluiceway.journal import Journal
 from sluiceway.pipeline import Pipeline, PipelineSpec
 from sluiceway.pipeline.operator import read_checkpoint, source_status, status
-from tests.support.cdc import TABLES, Writer, create_tables, key_of, source_state, version_regressions
+from tests.support.cdc import (
+    TABLES,
+    Writer,
+    create_tables,
+    journal_records,
+    key_of,
+    slot_confirmed,
+    source_state,
+    version_regressions,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -59,29 +67,10 @@ def sink_table(dsn: str, table: str) -> dict[tuple[str, str], Any]:
     return {(ns, key): json.loads(bytes(value)) for ns, key, value in rows}
 
 
-def journal_records(path: Path) -> list[dict[str, Any]]:
-    with Journal.open(path, read_only=True) as journal:
-        return [
-            {"namespace": r.namespace, "key": r.key, "value": r.value, "headers": r.headers}
-            for r in journal.read()
-        ]
-
-
 def committed_lsn(spec: PipelineSpec, sink: str) -> int:
     cp = read_checkpoint(spec.checkpoint_dir(sink))
     assert cp.committed is not None
     return int(cp.committed["lsn"])
-
-
-def slot_confirmed(dsn: str, slot: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT (confirmed_flush_lsn - '0/0'::pg_lsn)::bigint FROM pg_replication_slots "
-            "WHERE slot_name = %s",
-            (slot,),
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def test_copy_under_writes_then_sync_reaches_both_sinks_exactly_and_in_order(
