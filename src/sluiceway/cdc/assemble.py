@@ -25,9 +25,15 @@ every change in between. When the close is not in this decode, the batch stops b
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sluiceway.cdc.columnar import Group, RowResult, decode_group
 from sluiceway.cdc.pgoutput import (
     UNCHANGED,
     Begin,
@@ -41,10 +47,14 @@ from sluiceway.cdc.pgoutput import (
     decode,
     format_lsn,
 )
-from sluiceway.cdc.values import Kind, PgType, canonical_key, to_json
+from sluiceway.cdc.values import Kind, PgType, composite_key, row_key, to_json
 from sluiceway.errors import InvariantViolation
+from sluiceway.journal.record import ARROW_SCHEMA
 
 Row = tuple[int, int, bytes]  # (lsn, xid, data) as the slot returns them
+_RELID = struct.Struct(">I")
+_HEADERS = ARROW_SCHEMA.field("headers").type
+_TIMESTAMP = ARROW_SCHEMA.field("timestamp").type
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +75,7 @@ class Snapshot:
 
     def widen(self, xid: int) -> int:
         """The 64-bit id of a 32-bit ``xid`` seen near this snapshot (the one closest to xmax)."""
-        full = (self.xmax & ~0xFFFFFFFF) | xid
+        full = int((self.xmax & ~0xFFFFFFFF) | xid)
         if full > self.xmax + 2**31:
             full -= 2**32
         elif full < self.xmax - 2**31:
@@ -86,8 +96,8 @@ class Chunk:
     namespace: str
     snapshot: Snapshot
     read_time: int  # µs since the Unix epoch
-    keys: Sequence[str]
-    values: Sequence[bytes]
+    keys: pa.Array  # string
+    values: pa.Array  # binary
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,53 +109,19 @@ class TableInfo:
 
 
 @dataclass(slots=True)
-class Columns:
-    """Records as column lists, ready to become one Arrow batch (headers flattened)."""
-
-    offset: list[int] = field(default_factory=list)
-    namespace: list[str] = field(default_factory=list)
-    op: list[str] = field(default_factory=list)
-    key: list[str | None] = field(default_factory=list)
-    value: list[bytes | None] = field(default_factory=list)
-    timestamp: list[int] = field(default_factory=list)
-    header_keys: list[str] = field(default_factory=list)
-    header_values: list[str] = field(default_factory=list)
-    header_offsets: list[int] = field(default_factory=lambda: [0])
-
-    def __len__(self) -> int:
-        return len(self.offset)
-
-    def add(
-        self,
-        offset: int,
-        namespace: str,
-        op: str,
-        key: str | None,
-        value: bytes | None,
-        timestamp: int,
-        headers: Sequence[tuple[str, str]],
-    ) -> None:
-        self.offset.append(offset)
-        self.namespace.append(namespace)
-        self.op.append(op)
-        self.key.append(key)
-        self.value.append(value)
-        self.timestamp.append(timestamp)
-        for k, v in headers:
-            self.header_keys.append(k)
-            self.header_values.append(v)
-        self.header_offsets.append(len(self.header_keys))
-
-
-@dataclass(slots=True)
 class Assembly:
-    columns: Columns
+    #: The records, in the pipeline's record shape.
+    batch: pa.RecordBatch
     #: Position consumed: the batch's end offset (``start`` when nothing in range was complete).
     end: int
     #: A chunk whose window opened in range but whose close was not decoded (the batch stopped before it).
     pending: int | None = None
     #: Tables whose copy completed in range (the ``T`` marker), with the marker's position.
     completed: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def records(self) -> int:
+        return int(self.batch.num_rows)
 
 
 TypeResolver = Callable[[Iterable[int]], Mapping[int, PgType]]
@@ -163,11 +139,12 @@ def parse_watermark(content: bytes) -> tuple[str, str]:
     return kind, arg
 
 
-# --- decoding one relation's tuples ---------------------------------------------------------------
+# --- one relation, as the stream last described it -----------------------------------------------
 class _Table:
-    """A relation as the stream last described it, with its JSON mapping and key positions."""
+    """A relation version: its JSON mapping and key positions; decodes one change value by value
+    (the reference the column-wise decoder is held to, and its fallback)."""
 
-    __slots__ = ("full_row", "key_pos", "names", "namespace", "prefixes", "types")
+    __slots__ = ("full_row", "key_pos", "key_positions", "names", "namespace", "prefixes", "types")
 
     def __init__(self, rel: Relation, info: TableInfo, types: Mapping[int, PgType]) -> None:
         self.namespace = rel.namespace
@@ -175,27 +152,32 @@ class _Table:
         self.prefixes = [to_json(name, NAME) + ":" for name in self.names]
         self.types = [types[c.type_oid] for c in rel.columns]
         self.full_row = info.key_columns is None
+        #: Key positions for the column-wise decoder; ``None``: the key is the whole row (value by value).
+        self.key_positions: list[int] | None = None
         if info.key_columns is None:
             self.key_pos = list(range(len(rel.columns)))
         else:
             position = {name: i for i, name in enumerate(self.names)}
             missing = [c for c in info.key_columns if c not in position]
             if missing:
-                raise InvariantViolation(
-                    f"{self.namespace}: key column(s) {missing} not in the change stream"
-                )
+                raise InvariantViolation(f"{self.namespace}: key column(s) {missing} missing from the stream")
             self.key_pos = [position[c] for c in info.key_columns]
+            self.key_positions = self.key_pos
 
     def key(self, values: Sequence[object]) -> str | None:
         """The record key; ``None`` when ``values`` (an old ``K`` tuple) does not hold it."""
         if self.full_row:
-            return canonical_key([to_json(_text(values[i]), self.types[i]) for i in self.key_pos])
+            import json
+
+            return row_key([json.loads(to_json(_text(values[i]), self.types[i])) for i in self.key_pos])
         texts = [values[i] for i in self.key_pos]
         if any(not isinstance(t, str) for t in texts):
             return None
         if len(texts) == 1:
-            return texts[0]  # type: ignore[return-value]
-        return canonical_key([to_json(t, self.types[i]) for t, i in zip(texts, self.key_pos, strict=True)])  # type: ignore[arg-type]
+            return str(texts[0])
+        return composite_key(
+            [to_json(str(t), self.types[i]) for t, i in zip(texts, self.key_pos, strict=True)]
+        )
 
     def value(self, new: Sequence[object], old: Sequence[object] | None) -> tuple[bytes, list[str]]:
         """The row as a JSON object; and the names of unchanged TOASTed columns left out of it."""
@@ -211,15 +193,75 @@ class _Table:
             parts.append(self.prefixes[i] + to_json(_text(text), self.types[i]))
         return ("{" + ",".join(parts) + "}").encode(), missing
 
+    def decode_one(self, data: bytes) -> RowResult:
+        change = decode(data)
+        if isinstance(change, Insert):
+            value, _ = self.value(change.new, None)
+            return RowResult(self.key(change.new), value)
+        if isinstance(change, Update):
+            key = self.key(change.new)
+            old_key = self.key(change.old) if change.old is not None else None
+            value, missing = self.value(change.new, change.old if change.old_kind == "O" else None)
+            changed = old_key if old_key is not None and old_key != key else None
+            return RowResult(key, value, changed, ",".join(missing))
+        if isinstance(change, Delete):
+            return RowResult(self.key(change.old), None)
+        raise InvariantViolation(f"not a row change: {type(change).__name__}")
+
 
 def _text(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
 NAME = PgType(Kind.STRING)
+_OPS = {0x49: "insert", 0x55: "update", 0x44: "delete"}
 
 
-# --- the assembler ---------------------------------------------------------------------------------
+# --- pass 1: the structure of the stretch ----------------------------------------------------------
+@dataclass(slots=True)
+class _Stretch:
+    """What pass 1 finds: transactions, their changes (flat, in stream order), watermarks.
+
+    Every change, truncate and watermark gets a sequence number in stream order; pass 3 places
+    records by it (a changed key's delete just before its change, a chunk's rows at its H)."""
+
+    # per transaction
+    positions: list[int] = field(default_factory=list)
+    xids: list[int] = field(default_factory=list)
+    times: list[int] = field(default_factory=list)
+    first_item: list[int] = field(default_factory=list)
+    commit_seq: list[int] = field(default_factory=list)
+    # per change
+    item_group: list[int] = field(default_factory=list)
+    item_row: list[int] = field(default_factory=list)
+    item_txn: list[int] = field(default_factory=list)
+    item_seq: list[int] = field(default_factory=list)
+    # per truncated relation: (seq, transaction, group)
+    truncates: list[tuple[int, int, int]] = field(default_factory=list)
+    # watermarks in range: (seq, position, kind, argument)
+    marks: list[tuple[int, int, str, str]] = field(default_factory=list)
+    seq: int = 0
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+
+@dataclass(slots=True)
+class _Groups:
+    """Changes gathered per relation version, to be decoded column-wise."""
+
+    tables: list[_Table] = field(default_factory=list)
+    datas: list[list[bytes]] = field(default_factory=list)
+    ops: list[list[int]] = field(default_factory=list)
+
+    def add(self, table: _Table) -> int:
+        self.tables.append(table)
+        self.datas.append([])
+        self.ops.append([])
+        return len(self.tables) - 1
+
+
 def _scan_windows(rows: Sequence[Row], prefix: str) -> tuple[set[int], dict[int, str]]:
     """Chunks whose ``L`` is in the decode, and how each chunk's window closes (``H``/``A``)."""
     opened: set[int] = set()
@@ -239,125 +281,6 @@ def _scan_windows(rows: Sequence[Row], prefix: str) -> tuple[set[int], dict[int,
     return opened, closes
 
 
-Pending = tuple[
-    str, str, str | None, bytes | None, list[tuple[str, str]]
-]  # namespace, op, key, value, headers
-
-
-class _Assembler:
-    def __init__(
-        self,
-        rows: Sequence[Row],
-        start: int,
-        upper: int | None,
-        prefix: str,
-        tables: Mapping[str, TableInfo],
-        types: TypeResolver,
-        chunks: ChunkLoader,
-    ) -> None:
-        self.start, self.upper, self.prefix = start, upper, prefix
-        self.tables, self.types = tables, types
-        self.out = Columns()
-        self.end = start
-        opened, self.closes = _scan_windows(rows, prefix)
-        # Chunks whose whole window is in this decode, loaded up front: their snapshots decide
-        # which keys, changed anywhere before their H, must be dropped from their rows.
-        self.live: dict[int, Chunk] = {}
-        for cid in opened:
-            if self.closes.get(cid) == "H":
-                chunk = chunks(cid)
-                if chunk is None:
-                    raise InvariantViolation(f"chunk {cid} was closed in the WAL but its rows are missing")
-                self.live[cid] = chunk
-        self.drops: dict[int, set[str]] = {cid: set() for cid in self.live}
-        self.window: set[int] = set()
-        self.completed: dict[str, int] = {}
-        self.relations: dict[int, _Table | None] = {}
-
-    def relation(self, rel: Relation) -> None:
-        info = self.tables.get(rel.namespace)
-        if info is None:
-            self.relations[rel.relid] = None
-        else:
-            self.relations[rel.relid] = _Table(rel, info, self.types(c.type_oid for c in rel.columns))
-
-    def change(self, data: bytes, pending: list[Pending], touched: list[str]) -> None:
-        change = decode(data)
-        if isinstance(change, Truncate):
-            for relid in change.relids:
-                table = self.relations.get(relid)
-                if table is not None:
-                    pending.append((table.namespace, "truncate", None, None, []))
-                    touched.append(f"{table.namespace}\0*")
-            return
-        if not isinstance(change, Insert | Update | Delete):
-            return
-        table = self.relations.get(change.relid)
-        if table is None:
-            return
-        if isinstance(change, Insert):
-            key = table.key(change.new)
-            value, _ = table.value(change.new, None)
-            pending.append((table.namespace, "insert", key, value, []))
-        elif isinstance(change, Update):
-            key = table.key(change.new)
-            if change.old is not None:
-                old_key = table.key(change.old)
-                if old_key is not None and old_key != key:
-                    # The key itself changed: the old key is gone.
-                    pending.append((table.namespace, "delete", old_key, None, []))
-                    touched.append(f"{table.namespace}\0{old_key}")
-            value, missing = table.value(change.new, change.old if change.old_kind == "O" else None)
-            extra = [("pg.unchanged-toast", ",".join(missing))] if missing else []
-            pending.append((table.namespace, "update", key, value, extra))
-        else:
-            key = table.key(change.old)
-            pending.append((table.namespace, "delete", key, None, []))
-        if key is not None:
-            touched.append(f"{table.namespace}\0{key}")
-
-    def commit(self, begin: Begin, commit: Commit, pending: list[Pending], touched: list[str]) -> None:
-        """Emit one transaction in range, and note its keys against the chunks it outdates."""
-        position = commit.end_lsn
-        if pending:
-            headers = [("pg.lsn", format_lsn(position)), ("pg.xid", str(begin.xid)), ("sluice.mode", "sync")]
-            for namespace, op, key, value, extra in pending:
-                self.out.add(position, namespace, op, key, value, begin.commit_time, headers + extra)
-        if touched:
-            for cid, drop in self.drops.items():
-                if not self.live[cid].snapshot.sees(begin.xid):
-                    drop.update(touched)
-        self.end = position
-
-    def watermark(self, msg: Message) -> int | None:
-        """Act on one of our watermarks (a non-transactional message: its position is its LSN).
-
-        Returns a chunk whose window opens here but whose close was not decoded: the batch must
-        stop before it (the position stays before the ``L``)."""
-        position = msg.lsn
-        if msg.prefix == self.prefix:
-            kind, arg = parse_watermark(msg.content)
-            if kind == "L":
-                cid = int(arg.split()[0])
-                if cid not in self.closes:
-                    return cid
-                self.window.add(cid)
-            elif kind == "H" and int(arg) in self.drops:
-                cid = int(arg)
-                if cid not in self.window:
-                    raise InvariantViolation(
-                        f"chunk {cid} closes at {format_lsn(position)} but its window began before this batch"
-                    )
-                _emit_chunk(self.out, self.live[cid], self.drops.pop(cid), position)
-                self.window.discard(cid)
-            elif kind in ("H", "A"):
-                self.window.discard(int(arg))
-            elif kind == "T":
-                self.completed[arg] = position
-        self.end = position
-        return None
-
-
 def assemble(
     rows: Sequence[Row],
     *,
@@ -375,51 +298,341 @@ def assemble(
     were produced. ``tables``: the captured tables by ``schema.table`` (changes of others are
     passed over, but still move the position).
     """
-    asm = _Assembler(rows, start, upper, prefix, tables, types, chunks)
+    opened, closes = _scan_windows(rows, prefix)
+    # Chunks whose whole window is in this decode, loaded up front: their snapshots decide which
+    # keys, changed anywhere before their H, must be dropped from their rows.
+    live: dict[int, Chunk] = {}
+    for cid in opened:
+        if closes.get(cid) == "H":
+            chunk = chunks(cid)
+            if chunk is None:
+                raise InvariantViolation(f"chunk {cid} was closed in the WAL but its rows are missing")
+            live[cid] = chunk
+
+    # Pass 1: transactions and watermarks in range, their changes gathered per relation version.
+    groups = _Groups()
+    stretch = _Stretch()
+    relations: dict[int, int | None] = {}  # relid → group of its current version (None: not captured)
+    window: set[int] = set()
+    end = start
+    pending: int | None = None
+    txn: int | None = None  # the transaction being read, when in range
     begin: Begin | None = None
-    in_range = False
-    pending: list[Pending] = []
-    touched: list[str] = []
     for _lsn, _xid, data in rows:
         kind = data[0]
-        if kind == 0x52:  # 'R': tracked even out of range (later transactions refer to it)
-            rel = decode(data)
-            assert isinstance(rel, Relation)
-            asm.relation(rel)
+        if kind in (0x49, 0x55, 0x44):  # I, U, D: the bulk of a stretch
+            if txn is not None:
+                (relid,) = _RELID.unpack_from(data, 1)
+                gid = relations.get(relid)
+                if gid is not None:
+                    stretch.item_group.append(gid)
+                    stretch.item_row.append(len(groups.datas[gid]))
+                    stretch.item_txn.append(txn)
+                    stretch.item_seq.append(stretch.next_seq())
+                    groups.datas[gid].append(data)
+                    groups.ops[gid].append(kind)
         elif kind == 0x42:  # 'B'
-            decoded = decode(data)
-            assert isinstance(decoded, Begin)
-            begin = decoded
+            message = decode(data)
+            assert isinstance(message, Begin)
+            begin = message
             in_range = begin.final_lsn >= start and (upper is None or begin.final_lsn < upper)
-            pending, touched = [], []
+            txn = len(stretch.positions) if in_range else None
+            if txn is not None:
+                stretch.positions.append(0)
+                stretch.xids.append(begin.xid)
+                stretch.times.append(begin.commit_time)
+                stretch.first_item.append(len(stretch.item_seq))
+                stretch.commit_seq.append(0)
         elif kind == 0x43:  # 'C'
             commit = decode(data)
-            assert isinstance(commit, Commit) and begin is not None
-            if in_range:
-                asm.commit(begin, commit, pending, touched)
-            begin = None
-            if in_range and limit is not None and len(asm.out) >= limit and not asm.window:
+            assert isinstance(commit, Commit)
+            was, txn, begin = txn, None, None
+            if was is None:
+                continue
+            stretch.positions[was] = end = commit.end_lsn
+            stretch.commit_seq[was] = stretch.next_seq()
+            if limit is not None and _counted(stretch, live) >= limit and not window:
                 break
+        elif kind == 0x52:  # 'R': tracked even out of range (later transactions refer to it)
+            rel = decode(data)
+            assert isinstance(rel, Relation)
+            info = tables.get(rel.namespace)
+            relations[rel.relid] = (
+                None
+                if info is None
+                else groups.add(_Table(rel, info, types(c.type_oid for c in rel.columns)))
+            )
+        elif kind == 0x54:  # 'T'
+            truncate = decode(data)
+            assert isinstance(truncate, Truncate)
+            if txn is not None:
+                for relid in truncate.relids:
+                    gid = relations.get(relid)
+                    if gid is not None:
+                        stretch.truncates.append((stretch.next_seq(), txn, gid))
         elif kind == 0x4D:  # 'M'
             msg = decode(data)
             assert isinstance(msg, Message)
             # Our watermarks are non-transactional: they sit between transactions, at their LSN.
-            if begin is None and msg.lsn > start and (upper is None or msg.lsn <= upper):
-                blocked = asm.watermark(msg)
-                if blocked is not None:
-                    return Assembly(asm.out, asm.end, pending=blocked, completed=asm.completed)
-                if limit is not None and len(asm.out) >= limit and not asm.window:
-                    break
-        elif in_range:
-            asm.change(data, pending, touched)
-    return Assembly(asm.out, asm.end, completed=asm.completed)
+            if begin is not None or msg.lsn <= start or (upper is not None and msg.lsn > upper):
+                continue
+            if msg.prefix == prefix:
+                wkind, arg = parse_watermark(msg.content)
+                if wkind == "L":
+                    cid = int(arg.split()[0])
+                    if cid not in closes:
+                        pending = cid  # stop before the window; the position stays before the L
+                        break
+                    window.add(cid)
+                elif wkind in ("H", "A"):
+                    window.discard(int(arg))
+                stretch.marks.append((stretch.next_seq(), msg.lsn, wkind, arg))
+            end = msg.lsn
+            if limit is not None and _counted(stretch, live) >= limit and not window:
+                break
+    if txn is not None:  # a transaction cut off by the end of the decode is not in this batch
+        cut = stretch.first_item[txn]
+        per_txn = (stretch.positions, stretch.xids, stretch.times, stretch.first_item, stretch.commit_seq)
+        for column in per_txn:
+            del column[txn:]
+        for column in (stretch.item_group, stretch.item_row, stretch.item_txn, stretch.item_seq):
+            del column[cut:]
+        stretch.truncates = [t for t in stretch.truncates if t[1] < txn]
+
+    # Pass 2: every relation version's changes, decoded column by column.
+    decoded = [
+        decode_group(
+            datas, table.names, table.types, None if table.full_row else table.key_pos, _one(table, datas)
+        )
+        for table, datas in zip(groups.tables, groups.datas, strict=True)
+    ]
+    # Pass 3: the records in stream order (copied rows at their H, less what the stream outdated).
+    return _build(stretch, groups, decoded, live, end, pending)
 
 
-def _emit_chunk(out: Columns, chunk: Chunk, drop: set[str], position: int) -> None:
-    headers = [("pg.lsn", format_lsn(position)), ("sluice.mode", "copy")]
-    truncated = f"{chunk.namespace}\0*" in drop
-    prefix = f"{chunk.namespace}\0"
-    for key, value in zip(chunk.keys, chunk.values, strict=True):
-        if truncated or (prefix + key) in drop:
+def _counted(stretch: _Stretch, live: Mapping[int, Chunk]) -> int:
+    copied = sum(
+        len(live[int(arg)].keys) for _s, _p, kind, arg in stretch.marks if kind == "H" and int(arg) in live
+    )
+    return len(stretch.item_seq) + len(stretch.truncates) + copied
+
+
+def _one(table: _Table, datas: list[bytes]) -> Callable[[int], RowResult]:
+    return lambda i: table.decode_one(datas[i])
+
+
+# --- pass 3: the output batch ----------------------------------------------------------------------
+class _Parts:
+    """Records gathered as columns of parts (the decoded changes, made-up deletes and truncates,
+    chunk rows), each record with a sequence number; one stable sort puts them in stream order."""
+
+    def __init__(self) -> None:
+        self.seq: list[np.ndarray] = []
+        self.offset: list[np.ndarray] = []
+        self.namespace: list[pa.Array] = []
+        self.op: list[pa.Array] = []
+        self.key: list[pa.Array] = []
+        self.value: list[pa.Array] = []
+        self.block: list[np.ndarray] = []
+        self.timestamp: list[np.ndarray] = []
+        self.blocks: list[list[tuple[str, str]]] = []
+
+    def add_block(self, pairs: list[tuple[str, str]]) -> int:
+        self.blocks.append(pairs)
+        return len(self.blocks) - 1
+
+    def add(
+        self,
+        seq: np.ndarray,
+        offset: np.ndarray,
+        namespace: pa.Array,
+        op: pa.Array,
+        key: pa.Array,
+        value: pa.Array,
+        block: np.ndarray,
+        timestamp: np.ndarray,
+    ) -> None:
+        if len(seq):
+            self.seq.append(seq)
+            self.offset.append(offset)
+            self.namespace.append(namespace)
+            self.op.append(op)
+            self.key.append(key.cast(pa.string()))
+            self.value.append(value.cast(pa.binary()))
+            self.block.append(block)
+            self.timestamp.append(timestamp)
+
+    def batch(self) -> pa.RecordBatch:
+        if not self.seq:
+            return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
+        order = pa.array(np.argsort(np.concatenate(self.seq), kind="stable"))
+        blocks = pa.array([[{"key": k, "value": v} for k, v in pairs] for pairs in self.blocks], _HEADERS)
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(np.concatenate(self.offset)).take(order),
+                pa.concat_arrays(self.namespace).take(order),
+                pa.concat_arrays(self.op).take(order),
+                pa.concat_arrays(self.key).take(order),
+                pa.concat_arrays(self.value).take(order),
+                blocks.take(pa.array(np.concatenate(self.block)).take(order)),
+                pa.array(np.concatenate(self.timestamp), pa.int64()).take(order).cast(_TIMESTAMP),
+            ],
+            schema=ARROW_SCHEMA,
+        )
+
+
+def _repeat(value: str, n: int) -> pa.Array:
+    return pa.array([value], pa.string()).take(pa.array(np.zeros(n, dtype=np.int64)))
+
+
+_OP_NAMES = pa.array(["insert", "update", "delete"], pa.string())
+_OP_CODE = np.zeros(256, dtype=np.int64)
+_OP_CODE[0x55], _OP_CODE[0x44] = 1, 2
+
+
+def _build(
+    stretch: _Stretch,
+    groups: _Groups,
+    decoded: list[Group],
+    live: Mapping[int, Chunk],
+    end: int,
+    pending: int | None,
+) -> Assembly:
+    parts = _Parts()
+    positions = np.asarray(stretch.positions, dtype=np.int64)
+    times = np.asarray(stretch.times, dtype=np.int64)
+    txn_block = np.asarray(
+        [
+            parts.add_block([("pg.lsn", format_lsn(p)), ("pg.xid", str(x)), ("sluice.mode", "sync")])
+            for p, x in zip(stretch.positions, stretch.xids, strict=True)
+        ],
+        dtype=np.int64,
+    )
+    gid = np.asarray(stretch.item_group, dtype=np.int64)
+    row = np.asarray(stretch.item_row, dtype=np.int64)
+    txn = np.asarray(stretch.item_txn, dtype=np.int64)
+    seq = np.asarray(stretch.item_seq, dtype=np.int64) * 2
+    completed: dict[str, int] = {}
+    for g, group in enumerate(decoded):
+        mine = np.flatnonzero(gid == g)
+        if not len(mine):
             continue
-        out.add(position, chunk.namespace, "insert", key, value, chunk.read_time, headers)
+        rows_here = row[mine]
+        take = pa.array(rows_here)
+        ops = _OP_CODE[np.asarray(groups.ops[g], dtype=np.int64)[rows_here]]
+        namespace = _repeat(groups.tables[g].namespace, len(mine))
+        blocks = txn_block[txn[mine]]
+        if group.missing:
+            blocks = blocks.copy()
+            for i, r in enumerate(rows_here.tolist()):
+                if r in group.missing:
+                    t = int(txn[mine][i])
+                    blocks[i] = parts.add_block(
+                        [*parts.blocks[int(txn_block[t])], ("pg.unchanged-toast", group.missing[r])]
+                    )
+        parts.add(
+            seq[mine],
+            positions[txn[mine]],
+            namespace,
+            _OP_NAMES.take(pa.array(ops)),
+            group.keys.take(take),
+            group.values.take(take),
+            blocks,
+            times[txn[mine]],
+        )
+        # A changed key: the old key is gone, just before the change.
+        old = group.old_keys.take(take)
+        changed = np.flatnonzero(pc.is_valid(old).to_numpy(zero_copy_only=False))
+        if len(changed):
+            at = mine[changed]
+            parts.add(
+                seq[at] - 1,
+                positions[txn[at]],
+                _repeat(groups.tables[g].namespace, len(at)),
+                _repeat("delete", len(at)),
+                old.take(pa.array(changed)),
+                pa.nulls(len(at), pa.binary()),
+                txn_block[txn[at]],
+                times[txn[at]],
+            )
+    for s, t, g in stretch.truncates:
+        one = np.asarray([s * 2], dtype=np.int64)
+        parts.add(
+            one,
+            positions[[t]],
+            _repeat(groups.tables[g].namespace, 1),
+            _repeat("truncate", 1),
+            pa.nulls(1, pa.string()),
+            pa.nulls(1, pa.binary()),
+            txn_block[[t]],
+            times[[t]],
+        )
+    drops = _drops(stretch, groups, decoded, live) if live else {}
+    started: set[int] = set()
+    for s, position, kind, arg in stretch.marks:
+        if kind == "L":
+            started.add(int(arg.split()[0]))
+        elif kind == "H" and int(arg) in live:
+            cid = int(arg)
+            if cid not in started:
+                raise InvariantViolation(
+                    f"chunk {cid} closes at {format_lsn(position)} but its window began before this batch"
+                )
+            _chunk_rows(parts, live[cid], drops.get(cid, set()), s * 2, position)
+        elif kind == "T":
+            completed[arg] = position
+    return Assembly(parts.batch(), end, pending=pending, completed=completed)
+
+
+def _drops(
+    stretch: _Stretch, groups: _Groups, decoded: list[Group], live: Mapping[int, Chunk]
+) -> dict[int, set[str]]:
+    """Per chunk: the keys (``namespace\\0key``) that transactions its snapshot did not see changed
+    before its H — the stream carries a newer state of those than the chunk's rows."""
+    h_seq = {int(arg): s for s, _p, kind, arg in stretch.marks if kind == "H" and int(arg) in live}
+    keys = [g.keys.to_pylist() for g in decoded]
+    old = [g.old_keys.to_pylist() for g in decoded]
+    drops: dict[int, set[str]] = {cid: set() for cid in h_seq}
+    truncated: dict[int, list[str]] = {}
+    for _s, t, g in stretch.truncates:
+        truncated.setdefault(t, []).append(f"{groups.tables[g].namespace}\0*")
+    bounds = [*stretch.first_item, len(stretch.item_seq)]
+    for t in range(len(stretch.positions)):
+        xid = stretch.xids[t]
+        touched: list[str] = list(truncated.get(t, []))
+        for i in range(bounds[t], bounds[t + 1]):
+            g, r = stretch.item_group[i], stretch.item_row[i]
+            namespace = groups.tables[g].namespace
+            if keys[g][r] is not None:
+                touched.append(f"{namespace}\0{keys[g][r]}")
+            if old[g][r] is not None:
+                touched.append(f"{namespace}\0{old[g][r]}")
+        if not touched:
+            continue
+        for cid, s in h_seq.items():
+            if stretch.commit_seq[t] < s and not live[cid].snapshot.sees(xid):
+                drops[cid].update(touched)
+    return drops
+
+
+def _chunk_rows(parts: _Parts, chunk: Chunk, drop: set[str], seq: int, position: int) -> None:
+    if f"{chunk.namespace}\0*" in drop:
+        return
+    keys, values = chunk.keys, chunk.values
+    prefix = f"{chunk.namespace}\0"
+    dropped = [k[len(prefix) :] for k in drop if k.startswith(prefix)]
+    if dropped:
+        keep = pc.invert(pc.is_in(keys, pa.array(dropped, pa.string())))
+        keys, values = keys.filter(keep), values.filter(keep)
+    n = len(keys)
+    block = parts.add_block([("pg.lsn", format_lsn(position)), ("sluice.mode", "copy")])
+    parts.add(
+        np.full(n, seq, dtype=np.int64),
+        np.full(n, position, dtype=np.int64),
+        _repeat(chunk.namespace, n),
+        _repeat("insert", n),
+        keys,
+        values,
+        np.full(n, block, dtype=np.int64),
+        np.full(n, chunk.read_time, dtype=np.int64),
+    )

@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from sluiceway.cdc.assemble import Assembly, Chunk, Snapshot, TableInfo, assemble
@@ -41,11 +42,18 @@ def run(stream: pg.Stream, start: int = 0, chunks: Mapping[int, Chunk] | None = 
 
 
 def rows(asm: Assembly) -> list[tuple[str, str | None, Any]]:
-    cols = asm.columns
     return [
-        (cols.op[i], cols.key[i], None if cols.value[i] is None else json.loads(cols.value[i] or b""))
-        for i in range(len(cols))
+        (r["op"], r["key"], None if r["value"] is None else json.loads(r["value"]))
+        for r in asm.batch.to_pylist()
     ]
+
+
+def offsets(asm: Assembly) -> list[int]:
+    return list(asm.batch.column("offset").to_pylist())
+
+
+def headers(asm: Assembly) -> list[list[tuple[str, str]]]:
+    return [[(h["key"], h["value"]) for h in r] for r in asm.batch.column("headers").to_pylist()]
 
 
 def test_transactions_after_start_become_records_at_their_commit_position() -> None:
@@ -54,16 +62,16 @@ def test_transactions_after_start_become_records_at_their_commit_position() -> N
     second = s.transaction(pg.update(1, ["1", "1", "b"]), pg.delete(1, ["2", None, None]))
     asm = run(s, start=first)
     assert rows(asm) == [("update", "1", {"id": 1, "v": 1, "body": "b"}), ("delete", "2", None)]
-    assert asm.columns.offset == [second, second] and asm.end == second
-    headers = asm.columns.header_keys[:3]
-    assert headers == ["pg.lsn", "pg.xid", "sluice.mode"] and asm.columns.header_values[2] == "sync"
+    assert offsets(asm) == [second, second] and asm.end == second
+    assert [k for k, _ in headers(asm)[0]] == ["pg.lsn", "pg.xid", "sluice.mode"]
+    assert headers(asm)[0][2] == ("sluice.mode", "sync")
 
 
 def test_other_tables_move_the_position_but_make_no_records() -> None:
     s = pg.Stream()
     end = s.transaction(pg.insert(2, ["5"]), relations=[OTHER])
     asm = run(s)
-    assert len(asm.columns) == 0 and asm.end == end
+    assert asm.records == 0 and asm.end == end
 
 
 def test_a_batch_ends_at_a_transaction_boundary_once_the_limit_is_reached() -> None:
@@ -71,7 +79,7 @@ def test_a_batch_ends_at_a_transaction_boundary_once_the_limit_is_reached() -> N
     first = s.transaction(*[pg.insert(1, [str(i), "0", "x"]) for i in range(3)], relations=[ORDERS])
     s.transaction(pg.insert(1, ["9", "0", "x"]))
     asm = run(s, limit=2)
-    assert len(asm.columns) == 3 and asm.end == first  # a transaction is never split
+    assert asm.records == 3 and asm.end == first  # a transaction is never split
 
 
 def test_a_changed_key_deletes_the_old_key() -> None:
@@ -90,14 +98,14 @@ def test_unchanged_toast_is_filled_from_a_full_old_row_and_named_otherwise() -> 
     asm = run(s)
     assert rows(asm)[0][2] == {"id": 1, "v": 2, "body": "big"}
     assert rows(asm)[1][2] == {"id": 3, "v": 2}
-    assert ("pg.unchanged-toast", "body") in zip(
-        asm.columns.header_keys, asm.columns.header_values, strict=True
-    )
+    assert ("pg.unchanged-toast", "body") in headers(asm)[1]
 
 
 def chunk(cid: int, snapshot: str, *keys: str) -> Chunk:
     values = [json.dumps({"id": int(k), "v": 0, "body": "copied"}).encode() for k in keys]
-    return Chunk(cid, "public.orders", Snapshot.parse(snapshot), 0, list(keys), values)
+    return Chunk(
+        cid, "public.orders", Snapshot.parse(snapshot), 0, pa.array(keys, pa.string()), pa.array(values)
+    )
 
 
 def test_copied_rows_arrive_at_h_less_the_keys_an_unseen_transaction_changed() -> None:
@@ -116,12 +124,8 @@ def test_copied_rows_arrive_at_h_less_the_keys_an_unseen_transaction_changed() -
         ("insert", "3", "copied"),
         ("update", "3", "later"),
     ]
-    assert asm.columns.offset[2] == asm.columns.offset[3] == h
-    modes = [
-        v
-        for k, v in zip(asm.columns.header_keys, asm.columns.header_values, strict=True)
-        if k == "sluice.mode"
-    ]
+    assert offsets(asm)[2] == offsets(asm)[3] == h
+    modes = [v for hs in headers(asm) for k, v in hs if k == "sluice.mode"]
     assert modes == ["sync", "sync", "copy", "copy", "sync"]
 
 
@@ -181,7 +185,7 @@ def test_a_limit_never_cuts_inside_a_window() -> None:
     h = s.watermark(PREFIX, "H 1")
     s.transaction(pg.insert(1, ["99", "0", "x"]))
     asm = run(s, limit=2, chunks={1: chunk(1, "800:803:", "1")})
-    assert asm.end == h and len(asm.columns) == 6
+    assert asm.end == h and asm.records == 6
 
 
 def test_a_close_whose_window_began_before_the_batch_is_an_invariant_violation() -> None:

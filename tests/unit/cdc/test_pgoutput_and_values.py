@@ -30,9 +30,10 @@ from sluiceway.cdc.values import (
     Kind,
     PgType,
     TypeRow,
-    canonical_key,
+    composite_key,
     parse_array,
     resolve,
+    row_key,
     to_json,
 )
 from tests.support import pgoutput as pg
@@ -152,6 +153,7 @@ def test_type_resolution_follows_domains_and_arrays_and_keeps_user_types_as_text
     assert resolve(25, {}) == STRING
 
 
-def test_composite_keys_are_compact_normalised_json_arrays() -> None:
-    assert canonical_key(["1", '"a b"']) == '[1,"a b"]'
-    assert canonical_key(["1.50", "true"]) == canonical_key(["1.5", "true"]) == "[1.5,true]"
+def test_composite_keys_are_compact_json_arrays_of_the_columns_json() -> None:
+    assert composite_key(["1", '"a b"']) == '[1,"a b"]'
+    assert composite_key(["1.50", "true"]) == "[1.50,true]"  # as the text form makes it, in both phases
+    assert row_key([1.5, "x", None]) == '[1.5,"x",null]'

@@ -31,10 +31,9 @@ from typing import Any
 import pyarrow as pa
 
 from sluiceway.cdc import CdcOptions, CdcReader
-from sluiceway.cdc.assemble import Columns
 from sluiceway.cdc.pgoutput import format_lsn
-from sluiceway.cdc.postgres import CdcSession
-from sluiceway.cdc.reader import to_arrow
+from sluiceway.cdc.postgres import CdcSession, ChunkRead
+from sluiceway.pipeline.record import RECORD_SCHEMA
 from sluiceway.pipeline.sources.common import (
     float_option,
     int_option,
@@ -167,17 +166,34 @@ class CdcBatchReader(DataSourceReader):
             after: list[str] | None = None
             while True:
                 chunk = session.read_chunk(table, after, self.options.chunk_size)
-                columns = Columns()
-                headers = [("sluice.mode", "copy"), ("pg.snapshot", str(chunk.snapshot))]
-                for key, value in zip(chunk.keys, chunk.values, strict=True):
-                    columns.add(0, table.namespace, "insert", key, value, chunk.read_time, headers)
-                if len(columns):
-                    yield to_arrow(columns)
+                if len(chunk.keys):
+                    yield copy_batch(table.namespace, chunk)
                 if chunk.done:
                     return
                 after = chunk.last
         finally:
             session.close()
+
+
+def copy_batch(namespace: str, chunk: ChunkRead) -> pa.RecordBatch:
+    """A chunk read by a batch query as records (offset 0: a batch read has no stream position)."""
+    n = len(chunk.keys)
+    headers = pa.array(
+        [[{"key": "sluice.mode", "value": "copy"}, {"key": "pg.snapshot", "value": str(chunk.snapshot)}]] * n,
+        RECORD_SCHEMA.field("headers").type,
+    )
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([0] * n, pa.int64()),
+            pa.array([namespace] * n, pa.string()),
+            pa.array(["insert"] * n, pa.string()),
+            chunk.keys.cast(pa.string()),
+            chunk.values.cast(pa.binary()),
+            headers,
+            pa.array([chunk.read_time] * n, RECORD_SCHEMA.field("timestamp").type),
+        ],
+        schema=RECORD_SCHEMA,
+    )
 
 
 __all__ = ["NAME", "CdcReader", "PostgresCdcDataSource", "cdc_options", "format_lsn"]
