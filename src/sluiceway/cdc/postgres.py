@@ -29,9 +29,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sluiceway.cdc.assemble import Row, Snapshot
 from sluiceway.cdc.columnar import json_column
 from sluiceway.cdc.errors import CdcError, SlotInUseError
+from sluiceway.cdc.model import Row, Snapshot
 from sluiceway.cdc.pgoutput import format_lsn
 from sluiceway.cdc.values import PgType, TypeRow, resolve, row_key
 from sluiceway.db.connection import map_db_error

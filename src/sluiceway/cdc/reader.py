@@ -27,8 +27,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from sluiceway.cdc.assemble import Assembly, TableInfo, assemble, watermark_prefix
+from sluiceway.cdc.assemble import Assembly, assemble
 from sluiceway.cdc.errors import CdcError, LostChangesError
+from sluiceway.cdc.model import TableInfo, watermark_prefix
 from sluiceway.cdc.pgoutput import format_lsn
 from sluiceway.cdc.postgres import CdcSession, TableSpec, check_publication_name, check_slot_name
 from sluiceway.cdc.state import CopyState, SourceState, TableCopy

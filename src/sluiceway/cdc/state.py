@@ -30,7 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sluiceway.cdc.assemble import Chunk, Snapshot
+from sluiceway.cdc.model import Chunk, Snapshot
 
 
 @dataclass

@@ -11,7 +11,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from sluiceway.cdc.assemble import Assembly, Chunk, Snapshot, TableInfo, assemble
+from sluiceway.cdc.assemble import Assembly, assemble
+from sluiceway.cdc.model import Chunk, Snapshot, TableInfo
 from sluiceway.cdc.pgoutput import UNCHANGED
 from sluiceway.cdc.values import PgType
 from sluiceway.errors import InvariantViolation

@@ -9,9 +9,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluiceway.cdc.assemble import TableInfo, _Table
 from sluiceway.cdc.columnar import decode_group
+from sluiceway.cdc.model import TableInfo
 from sluiceway.cdc.pgoutput import UNCHANGED, Relation, decode
+from sluiceway.cdc.relation import RelationDecoder
 from sluiceway.cdc.values import Kind, PgType, resolve
 from tests.support import pgoutput as pg
 
@@ -111,7 +112,7 @@ def test_column_wise_decoding_equals_the_value_by_value_reference(
     mapping: dict[int, PgType] = {c.type_oid: resolve(c.type_oid, {}) for c in rel.columns}
     mapping[1007] = PgType(Kind.ARRAY, PgType(Kind.NUMBER))
     mapping[1009] = PgType(Kind.ARRAY, PgType(Kind.STRING))
-    table = _Table(rel, info, mapping)
+    table = RelationDecoder(rel, info, mapping)
     expected = [table.decode_one(m) for m in messages]
     # The reference runs only as a fallback: count how often to be sure the column path is tested.
     fallbacks: list[int] = []
