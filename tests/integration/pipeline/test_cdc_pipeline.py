@@ -148,3 +148,70 @@ def test_a_failing_sink_holds_the_slot_until_it_catches_up(
         > held
     )
     assert len(sink_table(postgres_dsn, "held_copy")) == len(source_state(cdc_dsn, ["public.ledger"]))
+
+
+def test_operator_commands_show_tables_and_slot_inspect_by_lsn_and_drop_the_slot(
+    spark: Any, cdc_dsn: str, postgres_dsn: str, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from sluiceway.cli.pipeline import app
+
+    with psycopg.connect(cdc_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE notes (id int PRIMARY KEY, body text)")
+        conn.execute("INSERT INTO notes SELECT g, 'note ' || g FROM generate_series(1, 30) g")
+    pipeline_spec = spec(tmp_path, cdc_dsn, postgres_dsn, "ops", ("public.notes",))
+    spec_path = tmp_path / "ops.yaml"
+    spec_path.write_text(json.dumps({"pipeline": pipeline_spec.model_dump(by_alias=True, exclude_none=True)}))
+    assert {
+        r.state for r in Pipeline(pipeline_spec, spark).run(once=True, handle_signals=False).values()
+    } == {"finished"}
+    with psycopg.connect(cdc_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE notes SET body = 'changed' WHERE id = 7")
+    runner = CliRunner()
+    shown = runner.invoke(app, ["status", str(spec_path)], terminal_width=200)
+    assert shown.exit_code == 0, shown.output
+    assert (
+        "public.notes" in shown.output
+        and "sync" in shown.output
+        and "slot ops_slot: confirmed" in shown.output
+    )
+
+    log = journal_records(tmp_path / "log")
+    lsn = next(v for k, v in log[0]["headers"] if k == "pg.lsn")
+    listed = runner.invoke(app, ["inspect", str(spec_path), "--from", "0/0", "--to", "FFFFFFFF/0", "--json"])
+    assert listed.exit_code == 0, listed.output
+    rows = [json.loads(line) for line in listed.output.splitlines() if line.startswith("{")]
+    assert [(r["op"], r["key"], json.loads(r["value"])["body"]) for r in rows] == [("update", "7", "changed")]
+    assert lsn.count("/") == 1
+
+    dropped = runner.invoke(app, ["drop-slot", str(spec_path)])
+    assert dropped.exit_code == 0, dropped.output
+    assert "dropped slot 'ops_slot'" in dropped.output
+    assert slot_confirmed(cdc_dsn, "ops_slot") == 0
+    again = runner.invoke(app, ["drop-slot", str(spec_path)])
+    assert again.exit_code == 1 and "does not exist" in again.output
+
+
+def test_a_batch_read_copies_each_table_as_it_is(spark: Any, cdc_dsn: str, tmp_path: Path) -> None:
+    from sluiceway.pipeline import register_sources
+
+    with psycopg.connect(cdc_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE shelf (id int PRIMARY KEY, title text)")
+        conn.execute("INSERT INTO shelf SELECT g, 'book ' || g FROM generate_series(1, 2500) g")
+    register_sources(spark)
+    rows = (
+        spark.read.format("sluice-postgres-cdc")
+        .option("dsn", cdc_dsn)
+        .option("tables", "public.shelf")
+        .option("slot", "unused_slot")
+        .option("publication", "unused_pub")
+        .option("stateDir", str(tmp_path / "state"))
+        .option("chunkSize", "1000")
+        .load()
+        .collect()
+    )
+    assert sorted(int(r["key"]) for r in rows) == list(range(1, 2501))
+    assert {r["namespace"] for r in rows} == {"public.shelf"} and {r["op"] for r in rows} == {"insert"}
+    assert json.loads(rows[0]["value"])["title"].startswith("book ")
+    assert slot_confirmed(cdc_dsn, "unused_slot") == 0  # a batch read takes no slot
