@@ -334,6 +334,9 @@ def _batch_frames(buf: bytes, src: _Source, batches: Sequence[ParsedBatch]) -> _
     counts = np.fromiter((b.count for b in batches), dtype=np.int64, count=nb)
     records_pos = np.fromiter((b.records_pos for b in batches), dtype=np.int64, count=nb)
     trailer_pos = np.fromiter((b.records_end for b in batches), dtype=np.int64, count=nb) - TRAILER_SIZE
+    if (trailer_pos & 7).any():
+        i = int(np.argmax((trailer_pos & 7) != 0))
+        raise RecordProblem(int(records_pos[i]), None, "records trailer is not 8-byte aligned")
     # The trailers are 8-byte aligned: gather them as 64-bit words, read them as a record array.
     words = np.frombuffer(buf, dtype="<u8", count=len(buf) // 8)
     t = words[(trailer_pos >> 3)[:, None] + np.arange(TRAILER_SIZE // 8, dtype=np.int64)].view(_TRAILER)

@@ -329,10 +329,10 @@ def _one_record(buf: bytes, batch: ParsedBatch, layout: RecordsLayout, lo: int, 
     """Format 2, one record (every single-record append): its fields are the whole sections."""
     _kw, _vw, _nw, _hw, tw, ow = layout.widths
     offset = batch.first + (_uints(buf, layout.columns[5], 1, ow)[0] if ow else 0)
-    if not lo <= offset < hi:
-        return
     if offset >= batch.end:
         raise RecordProblem(layout.columns[5], offset, "record offset out of its batch's range")
+    if not lo <= offset < hi:
+        return
     (kp, vp, np_, hp), (ks, vs, ns, hs) = layout.fields, layout.sizes
     yield Record(
         offset,
