@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from sluiceway.cli.common import console, err_console, fail, friendly_errors, setup_logging
@@ -80,13 +81,18 @@ def run(
     """
     setup_logging(logging.INFO, log_format)
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    # A sink that stops is reported in one line below; py4j would print its proxy traceback too.
+    logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+    from sluiceway.pipeline.runner import first_line
+
     pipeline = _pipeline(spec, master)
     runs = pipeline.run(once=once)
     failed = [r for r in runs.values() if r.state == "failed"]
     for r in runs.values():
         if r.state == "failed":
             at = f" at offset {r.offset}" if r.offset is not None else ""
-            err_console.print(f"[bold red]error:[/] sink {r.sink!r} stopped{at}: {r.error}", highlight=False)
+            cause = escape(first_line(r.error))  # a cause may hold [brackets]: not markup
+            err_console.print(f"[bold red]error:[/] sink {r.sink!r} stopped{at}: {cause}", highlight=False)
         else:
             err_console.print(f"sink {r.sink!r}: {r.state}", highlight=False)
     if failed:
