@@ -96,10 +96,10 @@ class BatchHandler:
             self._dead = make_writer(self.sink.dead_letter, sink_name=f"{self.pipeline}.{self.name}.dead")
         return self._dead
 
-    def __call__(self, df: Any, batch_id: int) -> None:
+    def __call__(self, df: Any, batch_id: int) -> Outcome:
         if self.stopping is not None and self.stopping.is_set():
             raise Stopping(self.name)
-        self.handle(df.toArrow(), batch_id)
+        return self.handle(df.toArrow(), batch_id)
 
     def close(self) -> None:
         for w in (self._writer, self._dead):
