@@ -35,7 +35,7 @@ class Frame:
         records = [Record(offset=start + i, key=k, value=b"v") for i, k in enumerate(keys)]
         self.table = pa.Table.from_batches([records_to_arrow(records)])
 
-    def toArrow(self) -> pa.Table:  # noqa: N802 - Spark's name
+    def toArrow(self) -> pa.Table:  # Spark's name
         return self.table
 
 
