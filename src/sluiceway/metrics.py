@@ -17,8 +17,9 @@ from sluiceway.errors import ConfigError
 DEFAULT_HOST = "127.0.0.1"
 
 
-def parse_metrics_addr(addr: str) -> tuple[str, int]:
+def parse_metrics_addr(addr: str, *, option: str = "metrics-addr") -> tuple[str, int]:
     """``HOST:PORT``, ``:PORT`` or ``PORT`` → ``(host, port)``; the host defaults to loopback.
+    (``sluice ui --addr`` follows the same rule; ``option`` names the option in errors.)
 
     >>> parse_metrics_addr(":9464")
     ('127.0.0.1', 9464)
@@ -30,9 +31,9 @@ def parse_metrics_addr(addr: str) -> tuple[str, int]:
     try:
         number = int(port)
     except ValueError:
-        raise ConfigError(f"expected HOST:PORT or :PORT, got {addr!r}", path="metrics-addr") from None
+        raise ConfigError(f"expected HOST:PORT or :PORT, got {addr!r}", path=option) from None
     if not 0 <= number <= 65535:
-        raise ConfigError(f"port {number} is out of range", path="metrics-addr")
+        raise ConfigError(f"port {number} is out of range", path=option)
     return host, number
 
 
