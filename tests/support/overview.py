@@ -4,7 +4,7 @@ What :func:`build` puts there, and so what the views must show:
 
 * outbox ``shop``: 1,234 rows, the first 10 of them in flight (marked), 2 dead letters, the
   leader ``harvester-a`` holding the database lease ``sluiceway``;
-* journal ``bus``: 100 records (offsets 0–99), consumer ``orders.lake`` at 60 (lag 40);
+* journal ``bus``: 100 records (offsets 0 to 99), consumer ``orders.lake`` at 60 (lag 40);
 * pipeline ``orders`` (journal source ``bus``): sink ``lake`` committed up to offset 80 (lag 20,
   80 records); sink ``db`` stopped on offset 42 (``ValueError: refused``), committed up to 40;
 * feed ``work``: partitions ``folder-1`` (3 items at gate 0, 1 at gate 1; leased by
