@@ -44,10 +44,19 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     built = build(root / "ws", f"sqlite:///{root / 'ws' / 'shop.db'}")
     port = free_port()
     log = root / "ui.log"
+    args = [
+        "ui",
+        "--config",
+        str(built.config),
+        "--addr",
+        f"127.0.0.1:{port}",
+        "--allow-actions",
+        "--refresh",
+        "1",
+    ]
     with open(log, "wb") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "sluiceway.cli.main", "ui", "--config", str(built.config)]
-            + ["--addr", f"127.0.0.1:{port}", "--allow-actions", "--refresh", "1"],
+            [sys.executable, "-m", "sluiceway.cli.main", *args],
             cwd=root,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
             stdout=subprocess.PIPE,
@@ -112,12 +121,8 @@ def test_the_overview_shows_every_part_with_its_figures(served: Served, page: An
     assert cell(page, f"{orders} [data-sink=db]") == "db: failed, lag 60"
     assert "sink db stopped at offset 42" in cell(page, orders)
     work = "#feeds tr[data-name=work]"
-    assert [cell(page, f"{work} [data-field={f}]") for f in ("partitions", "available", "failed", "complete")] == [
-        "3", "6", "1", "0"
-    ]  # fmt: skip
-    assert (cell(page, f"{work} [data-field=live_leases]"), cell(page, f"{work} [data-field=expired_leases]")) == (
-        "1", "1"
-    )  # fmt: skip
+    fields = ("partitions", "available", "failed", "complete", "live_leases", "expired_leases")
+    assert [cell(page, f"{work} [data-field={f}]") for f in fields] == ["3", "6", "1", "0", "1", "1"]
     assert "held by worker-gone" in cell(page, work)
     page.screenshot(path=str(served.shots / "overview.png"), full_page=True)
     assert (served.shots / "overview.png").stat().st_size > 10_000
