@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -79,3 +80,14 @@ def test_the_workspace_file_is_validated_at_the_edge() -> None:
     ):
         with pytest.raises(ConfigError, match=where.replace(".", r"\.")):
             Workspace.from_dict(bad)
+
+
+def test_the_demo_names_what_it_made_in_a_workspace_file(tmp_path: Path) -> None:
+    from sluiceway.demo.run import write_workspace
+
+    path = write_workspace(
+        tmp_path, f"sqlite:///{tmp_path / 'shop.db'}", tmp_path / "journal", tmp_path / "p.yaml"
+    )
+    ws = Workspace.from_file(path)
+    assert [o.election for o in ws.outboxes] == ["demo"] and ws.pipelines == [str(tmp_path / "p.yaml")]
+    assert [j.path for j in ws.journals] == [str(tmp_path / "journal")] and ws.feeds[0].name == "fulfilment"
