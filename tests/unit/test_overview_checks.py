@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sluiceway.config import validate
 from sluiceway.errors import ConfigError
 from sluiceway.overview import Checks, Workspace, evaluate, unhealthy
 
@@ -65,8 +66,9 @@ def test_a_failed_sink_is_always_stuck_and_an_unreadable_entry_unavailable() -> 
 
 
 def test_the_workspace_file_is_validated_at_the_edge() -> None:
-    ws = Workspace.from_dict(
-        {"outboxes": [{"name": "shop", "dsn": "sqlite:///app.db"}], "checks": {"outbox_oldest_age": "90s"}}
+    ws = validate(
+        Workspace,
+        {"outboxes": [{"name": "shop", "dsn": "sqlite:///app.db"}], "checks": {"outbox_oldest_age": "90s"}},
     )
     (shop,) = ws.outboxes
     assert (shop.table, shop.election, shop.lease_table) == ("outbox", "sluiceway", "sluiceway_leases")
@@ -79,7 +81,7 @@ def test_the_workspace_file_is_validated_at_the_edge() -> None:
         ({"checks": {"pipeline_lag": -1}}, "checks.pipeline_lag"),
     ):
         with pytest.raises(ConfigError, match=where.replace(".", r"\.")):
-            Workspace.from_dict(bad)
+            validate(Workspace, bad)
 
 
 def test_the_demo_names_what_it_made_in_a_workspace_file(tmp_path: Path) -> None:

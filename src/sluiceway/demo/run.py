@@ -183,6 +183,7 @@ def write_workspace(root: Path, dsn: str, journal_path: Path | None, spec_path: 
     feed, so that ``sluice status`` and ``sluice ui`` show them."""
     import yaml
 
+    from sluiceway.config import validate
     from sluiceway.overview import Workspace
 
     data: dict[str, Any] = {
@@ -192,7 +193,7 @@ def write_workspace(root: Path, dsn: str, journal_path: Path | None, spec_path: 
         "pipelines": [str(spec_path)],
         "feeds": [{"name": "fulfilment", "dsn": f"sqlite:///{root / 'feed.db'}"}],
     }
-    Workspace.from_dict(data)  # what we write must load
+    validate(Workspace, data)  # what we write must load
     path = root / "sluice.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

@@ -1,8 +1,9 @@
 """One view of every part: what the workspace watches, its status and health, the drill-downs and
 the operator's actions. ``sluice status`` prints it; ``sluice ui`` serves it (:mod:`sluiceway.ui`).
 
+>>> from sluiceway.config import validate
 >>> from sluiceway.overview import Workspace, collect
->>> report = collect(Workspace.from_dict({"journals": [{"name": "bus", "path": "./nowhere"}]}))
+>>> report = collect(validate(Workspace, {"journals": [{"name": "bus", "path": "./nowhere"}]}))
 >>> report["journals"][0]["health"]
 'unavailable'
 """

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluiceway.overview.workspace import Checks
+from sluiceway.overview.workspace import SINGULAR, Checks
 
 
 def _seconds(value: float) -> str:
@@ -85,13 +85,10 @@ def evaluate(report: dict[str, Any], checks: Checks) -> None:
             entry["health"] = "stuck" if entry["problems"] else "ok"
 
 
-_SINGULAR = {"outboxes": "outbox", "journals": "journal", "pipelines": "pipeline", "feeds": "feed"}
-
-
 def unhealthy(report: dict[str, Any]) -> list[str]:
     """``kind name: problem`` for every problem in the report (empty: all is well)."""
     return [
-        f"{_SINGULAR[kind]} {entry['name']}: {problem}"
+        f"{SINGULAR[kind]} {entry['name']}: {problem}"
         for kind in _RULES
         for entry in report.get(kind, [])
         for problem in entry.get("problems", [])

@@ -195,6 +195,17 @@ def pipeline_specs(workspace: Workspace) -> dict[str, str]:
     return found
 
 
+def collect_one(workspace: Workspace, kind: str, name: str) -> dict[str, Any] | None:
+    """The entry ``name`` of ``kind`` alone (read, checks applied), or None if the workspace has none."""
+    if kind == "pipelines":
+        spec = pipeline_specs(workspace).get(name)
+        chosen = Workspace(pipelines=[spec] if spec else [], checks=workspace.checks)
+    else:
+        entries = [w for w in getattr(workspace, kind) if w.name == name]
+        chosen = Workspace.model_validate({kind: entries, "checks": workspace.checks})
+    return find(collect(chosen), kind, name)
+
+
 def find(report: dict[str, Any], kind: str, name: str) -> dict[str, Any] | None:
     """The entry ``name`` of ``kind`` (``outboxes`` …) in a report, or None."""
     return next((e for e in report.get(kind, []) if e["name"] == name), None)

@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from sluiceway.config import DataSourceString, Duration, StrictModel, TableName, load_file, validate
+from sluiceway.config import DataSourceString, Duration, StrictModel, TableName, load_file
 from sluiceway.election.lease import DEFAULT_LEASE_TABLE
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+#: The kinds of things a workspace watches, as its keys name them, and one of each.
+SINGULAR = {"outboxes": "outbox", "journals": "journal", "pipelines": "pipeline", "feeds": "feed"}
 
 #: The election name a harvester uses unless its reaper.yaml names one (``harvest.name``).
 DEFAULT_ELECTION = "sluiceway"
@@ -84,7 +87,8 @@ class Checks(StrictModel):
 class Workspace(StrictModel):
     """What ``sluice status`` and ``sluice ui`` watch.
 
-    >>> ws = Workspace.from_dict({"journals": [{"name": "bus", "path": "./data/journal"}]})
+    >>> from sluiceway.config import validate
+    >>> ws = validate(Workspace, {"journals": [{"name": "bus", "path": "./data/journal"}]})
     >>> [j.name for j in ws.journals], ws.checks.expired_leases
     (['bus'], 0)
     """
@@ -118,8 +122,5 @@ class Workspace(StrictModel):
 
     @classmethod
     def from_file(cls, path: str | Path) -> Workspace:
+        """Read and validate a workspace file (``validate(Workspace, data)`` for parsed data)."""
         return load_file(cls, path)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Workspace:
-        return validate(cls, data)

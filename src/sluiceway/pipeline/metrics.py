@@ -41,26 +41,17 @@ class PipelineMetrics:
         self.spec = spec
         self.registry = CollectorRegistry()
         labels = ["pipeline", "sink"]
-        self.batches = Counter(
-            "sluice_pipeline_batches_total",
-            "Micro-batches a sink wrote in full",
-            labels,
-            registry=self.registry,
+
+        def counter(name: str, documentation: str) -> Any:
+            return Counter(name, documentation, labels, registry=self.registry)
+
+        self.batches = counter("sluice_pipeline_batches_total", "Micro-batches a sink wrote in full")
+        self.records = counter("sluice_pipeline_records_total", "Records a sink wrote")
+        self.dead_lettered = counter(
+            "sluice_pipeline_dead_lettered_total", "Records a sink sent to its dead-letter sink"
         )
-        self.records = Counter(
-            "sluice_pipeline_records_total", "Records a sink wrote", labels, registry=self.registry
-        )
-        self.dead_lettered = Counter(
-            "sluice_pipeline_dead_lettered_total",
-            "Records a sink sent to its dead-letter sink",
-            labels,
-            registry=self.registry,
-        )
-        self.failures = Counter(
-            "sluice_pipeline_failures_total",
-            "Batches that stopped a sink (it stops at the last good offset)",
-            labels,
-            registry=self.registry,
+        self.failures = counter(
+            "sluice_pipeline_failures_total", "Batches that stopped a sink (it stops at the last good offset)"
         )
         self.duration = Histogram(
             "sluice_pipeline_batch_duration_seconds",

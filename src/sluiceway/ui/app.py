@@ -36,10 +36,11 @@ from starlette.templating import Jinja2Templates
 from sluiceway.db import Database
 from sluiceway.errors import SluicewayError
 from sluiceway.feed import Feed
-from sluiceway.overview import Workspace, collect, find
+from sluiceway.overview import Workspace, collect
 from sluiceway.overview.detail import feed_page, journal_records, stopped_record
 from sluiceway.overview.outbox import dead_letters, oldest_rows, resolve_dead_letter, retry_dead_letter
-from sluiceway.overview.status import pipeline_specs
+from sluiceway.overview.status import collect_one, pipeline_specs
+from sluiceway.overview.workspace import SINGULAR
 
 log = logging.getLogger("sluiceway.ui")
 
@@ -93,14 +94,9 @@ class Console:
         return origin is None or origin == f"{request.url.scheme}://{request.url.netloc}"
 
     # -- lookups --------------------------------------------------------------------------------
-    def outbox(self, name: str) -> Any:
-        return next((w for w in self.workspace.outboxes if w.name == name), None)
-
-    def journal(self, name: str) -> Any:
-        return next((w for w in self.workspace.journals if w.name == name), None)
-
-    def feed(self, name: str) -> Any:
-        return next((w for w in self.workspace.feeds if w.name == name), None)
+    def watched(self, kind: str, name: str) -> Any:
+        """The workspace's entry ``name`` of ``kind`` (``outboxes``, ``journals``, ``feeds``), or None."""
+        return next((w for w in getattr(self.workspace, kind) if w.name == name), None)
 
 
 def _format_seconds(value: Any) -> str:
@@ -190,15 +186,22 @@ def create_app(console: Console) -> Starlette:
     def api_status(request: Request) -> Response:
         return JSONResponse(collect(console.workspace))
 
-    def outbox(request: Request) -> Response:
+    def read(request: Request, kind: str) -> tuple[Any, dict[str, Any]] | Response:
+        """The watched thing a page is about and its status entry, or a 404 page."""
         name = request.path_params["name"]
-        watch = console.outbox(name)
-        if watch is None:
-            return refused(request, 404, f"no outbox named {name!r} in the workspace")
-        report = collect(console.workspace.model_copy(update={"journals": [], "pipelines": [], "feeds": []}))
-        entry = find(report, "outboxes", name)
+        watch = console.watched(kind, name) if kind != "pipelines" else name
+        entry = collect_one(console.workspace, kind, name) if watch is not None else None
+        if entry is None:
+            return refused(request, 404, f"no {SINGULAR[kind]} named {name!r} in the workspace")
+        return watch, entry
+
+    def outbox(request: Request) -> Response:
+        found = read(request, "outboxes")
+        if isinstance(found, Response):
+            return found
+        watch, entry = found
         rows, dead, error = [], [], None
-        if entry is not None and entry["error"] is None:
+        if entry["error"] is None:
             try:
                 with Database(watch.dsn) as db:
                     rows = oldest_rows(db, watch.table)
@@ -208,16 +211,14 @@ def create_app(console: Console) -> Starlette:
         return page(request, "outbox.html", entry=entry, rows=rows, dead=dead, error=error)
 
     def journal(request: Request) -> Response:
-        name = request.path_params["name"]
-        watch = console.journal(name)
-        if watch is None:
-            return refused(request, 404, f"no journal named {name!r} in the workspace")
-        report = collect(console.workspace.model_copy(update={"outboxes": [], "pipelines": [], "feeds": []}))
-        entry = find(report, "journals", name)
+        found = read(request, "journals")
+        if isinstance(found, Response):
+            return found
+        watch, entry = found
         records: list[dict[str, Any]] = []
         start = end = 0
         error = None
-        if entry is not None and entry["error"] is None:
+        if entry["error"] is None:
             head, first = int(entry["head"]), int(entry["start"])
             try:
                 end = int(request.query_params.get("to") or head)
@@ -230,11 +231,10 @@ def create_app(console: Console) -> Starlette:
         return page(request, "journal.html", entry=entry, records=records, start=start, end=end, error=error)
 
     def pipeline(request: Request) -> Response:
-        name = request.path_params["name"]
-        report = collect(console.workspace.model_copy(update={"outboxes": [], "journals": [], "feeds": []}))
-        entry = find(report, "pipelines", name)
-        if entry is None:
-            return refused(request, 404, f"no pipeline named {name!r} in the workspace")
+        found = read(request, "pipelines")
+        if isinstance(found, Response):
+            return found
+        _, entry = found
         stopped: dict[str, Any] = {}
         for sink in entry["sinks"] or []:
             offset = (sink["error"] or {}).get("offset")
@@ -246,16 +246,12 @@ def create_app(console: Console) -> Starlette:
         return page(request, "pipeline.html", entry=entry, stopped=stopped)
 
     def feed(request: Request) -> Response:
-        name = request.path_params["name"]
-        watch = console.feed(name)
-        if watch is None:
-            return refused(request, 404, f"no feed named {name!r} in the workspace")
-        report = collect(
-            console.workspace.model_copy(update={"outboxes": [], "journals": [], "pipelines": []})
-        )
-        entry = find(report, "feeds", name)
+        found = read(request, "feeds")
+        if isinstance(found, Response):
+            return found
+        watch, entry = found
         listing, error = None, None
-        if entry is not None and entry["error"] is None:
+        if entry["error"] is None:
             try:
                 after = int(request.query_params.get("after") or 0)
                 with Feed(watch.dsn, prefix=watch.prefix, migrate=False) as client:
@@ -298,7 +294,7 @@ def create_app(console: Console) -> Starlette:
         request: Request, act: Callable[[Database, str, int], bool], done: str
     ) -> tuple[str, str]:
         name, dead_id = request.path_params["name"], int(request.path_params["id"])
-        watch = console.outbox(name)
+        watch = console.watched("outboxes", name)
         if watch is None:
             raise ValueError(f"no outbox named {name!r}")
         with Database(watch.dsn) as db:
@@ -336,7 +332,7 @@ def create_app(console: Console) -> Starlette:
 
     def retry_feed(request: Request, form: dict[str, str]) -> tuple[str, str]:
         name = request.path_params["name"]
-        watch = console.feed(name)
+        watch = console.watched("feeds", name)
         if watch is None:
             raise ValueError(f"no feed named {name!r}")
         partition = form.get("partition") or None
