@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Start the local services the tests need if they are down (PostgreSQL, MariaDB). The Kafka-protocol
-# broker and Spark are started by the test fixtures themselves.
+# Start the local services the tests need if they are down (PostgreSQL, MariaDB), and install the
+# browser the console's tests drive (Debian's Chromium) if it is missing. The Kafka-protocol broker
+# and Spark are started by the test fixtures themselves.
 set -u
 pg_up() { pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; }
 my_up() { mariadb-admin -h 127.0.0.1 -uroot --connect-timeout=2 ping >/dev/null 2>&1 || mysqladmin -h 127.0.0.1 -uroot ping >/dev/null 2>&1; }
@@ -19,3 +20,16 @@ if ! my_up; then
 fi
 my_up || { echo "services: MariaDB is not reachable on 127.0.0.1:3306" >&2; exit 1; }
 echo "services: PostgreSQL and MariaDB are up"
+
+# tests/integration/ui drives Debian's chromium through Playwright (Playwright's own browser
+# download is not reachable here). Installed once, as root, only when it is missing.
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "services: chromium is missing; install it (apt-get install chromium) for the console's browser tests" >&2
+    exit 1
+  fi
+  echo "services: installing chromium (Debian's package) for the console's browser tests"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
+    || { echo "services: could not install chromium" >&2; exit 1; }
+fi
+echo "services: chromium is $(command -v chromium)"

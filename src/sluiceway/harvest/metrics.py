@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from sluiceway.harvest.events import (
     Event,
     LeaderAcquired,
@@ -12,6 +10,7 @@ from sluiceway.harvest.events import (
     MeterRead,
     RecordDeadLettered,
 )
+from sluiceway.metrics import MetricsEndpoint, serve_metrics
 
 
 class HarvestMetrics:
@@ -42,7 +41,7 @@ class HarvestMetrics:
             registry=self.registry,
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
-        self._server: Any = None
+        self._endpoint: MetricsEndpoint | None = None
 
     def observe(self, event: Event) -> None:
         name = self._labels["harvest"]
@@ -69,15 +68,10 @@ class HarvestMetrics:
 
     def serve(self, addr: str) -> tuple[str, int]:
         """Serve /metrics on ``host:port`` (default host 127.0.0.1). Returns the bound address."""
-        from prometheus_client import start_http_server
-
-        host, _, port = addr.rpartition(":")
-        host = host or "127.0.0.1"
-        server, _thread = start_http_server(int(port), addr=host, registry=self.registry)
-        self._server = server
-        return host, int(server.server_port)
+        self._endpoint = serve_metrics(self.registry, addr)
+        return self._endpoint.host, self._endpoint.port
 
     def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server = None
+        if self._endpoint is not None:
+            self._endpoint.close()
+            self._endpoint = None

@@ -171,8 +171,12 @@ class Pipeline:
     >>> Pipeline(spec, spark).status()                                     # per-sink offsets and lag
     """
 
-    def __init__(self, spec: PipelineSpec, spark: Any = None, *, master: str = "local[*]") -> None:
+    def __init__(
+        self, spec: PipelineSpec, spark: Any = None, *, master: str = "local[*]", metrics: Any = None
+    ) -> None:
         self.spec = spec
+        #: A :class:`~sluiceway.pipeline.metrics.PipelineMetrics` to count each sink's batches in.
+        self.metrics = metrics
         if spark is None:
             from sluiceway.pipeline.session import build_session
 
@@ -199,8 +203,11 @@ class Pipeline:
         checkpoint = str(spec.checkpoint_dir(sink))
         handler = BatchHandler(spec.name, sink_spec, checkpoint, stopping=self._stopping)
         df = build_stream(self.spark, spec, sink, max_records=max_records, owner=self.run_id)
+        batch_fn = handler
+        if self.metrics is not None and not is_connect_session(self.spark):
+            batch_fn = self.metrics.metered(handler)  # Connect runs the function on the server
         writer = (
-            df.writeStream.foreachBatch(handler)
+            df.writeStream.foreachBatch(batch_fn)
             .queryName(f"{spec.name}.{sink}")
             .option("checkpointLocation", checkpoint)
         )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -38,6 +39,14 @@ from sluiceway.pipeline.sinks.part import PartResult, write_part
 from sluiceway.pipeline.state import SinkState, StateStore
 
 log = logging.getLogger("sluiceway.pipeline.sink")
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    """What a batch did, for metrics: records written, and of the rest, dead-lettered."""
+
+    records: int
+    dead_lettered: int
 
 
 class Stopping(PipelineError):
@@ -89,27 +98,30 @@ class BatchHandler:
             self._dead = make_writer(self.sink.dead_letter, sink_name=f"{self.pipeline}.{self.name}.dead")
         return self._dead
 
-    def __call__(self, df: Any, batch_id: int) -> None:
+    def __call__(self, df: Any, batch_id: int) -> BatchSummary:
         if self.stopping is not None and self.stopping.is_set():
             raise Stopping(self.name)
         if self.sink.type == "console":
-            self.show(df)
-            return
+            return self.show(df)
         store = StateStore(self.checkpoint_dir)
         with store.update() as state:
             pass  # a first batch persists the run id its tokens are made of
         if state.batch == batch_id and state.done:
             log.info("sink %s: batch %d was already written; skipping its replay", self.name, batch_id)
-            return
-        self.write_batch(df, batch_id, state)
+            return BatchSummary(0, 0)
+        results = self.write_batch(df, batch_id, state)
+        dead = sum(r.dead for r in results)
+        return BatchSummary(sum(r.written for r in results) - dead, dead)
 
-    def show(self, df: Any) -> None:
+    def show(self, df: Any) -> BatchSummary:
         """The console sink: the batch's first rows and its size (all the driver needs of it)."""
         from sluiceway.pipeline.sinks.console import ConsoleSink
 
         writer = self.writer
         assert isinstance(writer, ConsoleSink)
-        writer.show(df.limit(writer.limit).toArrow(), df.count())
+        total = df.count()
+        writer.show(df.limit(writer.limit).toArrow(), total)
+        return BatchSummary(total, 0)
 
     def write_batch(self, df: Any, batch_id: int, state: SinkState) -> list[PartResult]:
         """Write the batch from the executors (see the module docstring); record how it went."""

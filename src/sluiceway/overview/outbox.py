@@ -1,0 +1,124 @@
+"""An outbox as the operator sees it: its backlog and leader, the rows at its head, its dead
+letters, and the two things an operator does with a dead letter — retry it or resolve it.
+
+Reads only (``outbox stats``, the lease by :func:`~sluiceway.election.lease.inspect_lease`),
+except :func:`retry_dead_letter` and :func:`resolve_dead_letter`, each one transaction. A retried
+dead letter is a new outbox row: it goes out after its key's current backlog, at least once, like
+any row (its consumers see it again if the original did get through before it was buried).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sluiceway.db import Database, QuerySet
+from sluiceway.election.lease import inspect_lease
+from sluiceway.outbox import OutboxLayout, discover, outbox_stats
+from sluiceway.overview.values import iso, preview
+from sluiceway.overview.workspace import OutboxWatch
+
+#: Columns a retried dead letter carries back into the outbox (create_time and the id are new).
+_PAYLOAD = ("kafka_topic", "kafka_key", "kafka_value", "kafka_header_keys", "kafka_header_values")
+
+
+def _queries(db: Database, layout: OutboxLayout) -> QuerySet:
+    payload = _PAYLOAD + (("kafka_partition",) if layout.has_partition else ())
+    return QuerySet(
+        "sluiceway.overview",
+        db.dialect,
+        outbox=layout.table,
+        dead=layout.dead_table,
+        raw_payload=", ".join(payload),
+    )
+
+
+def outbox_status(db: Database, watch: OutboxWatch) -> dict[str, Any]:
+    """The figures of ``sluice status`` for one outbox (see docs/operations.md for each field)."""
+    layout = discover(db, watch.table)
+    stats = outbox_stats(db, layout)
+    leader = None
+    if watch.election is not None:
+        lease = inspect_lease(db, watch.election, watch.lease_table)
+        if lease is not None and lease.holder is not None:
+            leader = {
+                "election": watch.election,
+                "holder": lease.holder,
+                "epoch": lease.epoch,
+                "term_seconds": lease.term,
+                "expires_in_seconds": lease.remaining,
+            }
+    return {
+        "table": layout.table,
+        "rows": stats.rows,
+        "oldest_age_seconds": stats.oldest_age_seconds,
+        "in_flight": stats.marked,
+        "dead_letters": stats.dead,
+        "leader": leader,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    id: int
+    create_time: str | None
+    age_seconds: float | None
+    topic: str
+    key: str
+    leader_id: str | None
+    value: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    id: int
+    create_time: str | None
+    topic: str
+    key: str
+    error: str
+    attempts: int
+    dead_time: str | None
+    value: str | None
+
+
+def oldest_rows(db: Database, table: str, limit: int = 20) -> list[OutboxRow]:
+    """The first ``limit`` rows in id order: the head of the backlog (``leader_id`` set: in flight)."""
+    q = _queries(db, discover(db, table))
+    rows = db.fetchall(q["oldest_rows"], {"limit": limit}, what="outbox oldest rows")
+    return [
+        OutboxRow(
+            int(r[0]),
+            iso(r[1]),
+            None if r[2] is None else max(0.0, float(r[2])),
+            str(r[3]),
+            str(r[4]),
+            None if r[5] is None else str(r[5]),
+            preview(r[6]),
+        )
+        for r in rows
+    ]
+
+
+def dead_letters(db: Database, table: str, limit: int = 100) -> list[DeadLetter]:
+    q = _queries(db, discover(db, table))
+    rows = db.fetchall(q["dead_letters"], {"limit": limit}, what="outbox dead letters")
+    return [
+        DeadLetter(int(r[0]), iso(r[1]), str(r[2]), str(r[3]), str(r[4]), int(r[5]), iso(r[6]), preview(r[7]))
+        for r in rows
+    ]
+
+
+def retry_dead_letter(db: Database, table: str, dead_id: int) -> bool:
+    """Put dead letter ``dead_id`` back into the outbox as a new row; False if there is none."""
+    q = _queries(db, discover(db, table))
+    with db.transaction():
+        if db.execute(q["requeue_dead"], {"id": dead_id}, what="retry dead letter") == 0:
+            return False
+        db.execute(q["delete_dead"], {"id": dead_id}, what="retry dead letter")
+    return True
+
+
+def resolve_dead_letter(db: Database, table: str, dead_id: int) -> bool:
+    """Delete dead letter ``dead_id`` (the operator has dealt with it); False if there is none."""
+    q = _queries(db, discover(db, table))
+    return db.execute(q["delete_dead"], {"id": dead_id}, what="resolve dead letter") == 1
