@@ -22,6 +22,7 @@ class MemoryOutboxStore:
         self._ids = itertools.count(1)
         self.rows: dict[int, MarkedRecord] = {}
         self.dead: dict[int, tuple[MarkedRecord, str, int]] = {}
+        self.parked: dict[int, str] = {}  # dead letter id -> the key it parks
         self._faults: dict[str, list[bool]] = {}  # verb -> queue of "applied before failing?" flags
         self.calls: dict[str, int] = {}
 
@@ -59,9 +60,10 @@ class MemoryOutboxStore:
             if fault is False:
                 raise DatabaseError("injected: mark failed")
             out = []
+            parked = set(self.parked.values())
             for rid in sorted(self.rows):
                 row = self.rows[rid]
-                if row.leader_id != leader_id:
+                if row.leader_id != leader_id and row.key not in parked:
                     row = MarkedRecord(
                         row.id,
                         row.create_time,
@@ -101,13 +103,33 @@ class MemoryOutboxStore:
                     row.id, row.create_time, row.topic, row.key, row.value, row.headers, None, row.partition
                 )
 
-    def bury(self, record: MarkedRecord, error: str, attempts: int) -> None:
+    def bury(self, record: MarkedRecord, error: str, attempts: int, parked: bool = False) -> None:
         with self._lock:
             if self._fault("bury") is not None:
                 raise DatabaseError("injected: bury failed")
             row = self.rows.pop(record.id, None)
             if row is not None:
                 self.dead[record.id] = (row, error, attempts)
+                if parked:
+                    self.parked[record.id] = row.key
+
+    def parked_keys(self) -> int:
+        with self._lock:
+            return len(set(self.parked.values()))
+
+    # -- operator actions (as outbox.deadletters does in SQL) -----------------------------------
+    def retry(self, record_id: int) -> None:
+        """Put a dead letter back: a parked one at the head of its key (its own id), unmarked."""
+        with self._lock:
+            row, _, _ = self.dead.pop(record_id)
+            rid = record_id if self.parked.pop(record_id, None) is not None else next(self._ids)
+            self.rows[rid] = row._replace(id=rid, leader_id=None)
+
+    def resolve(self, record_id: int) -> None:
+        """Discard a dead letter, releasing its key."""
+        with self._lock:
+            del self.dead[record_id]
+            self.parked.pop(record_id, None)
 
     def close(self) -> None:
         pass

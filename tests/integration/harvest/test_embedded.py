@@ -63,7 +63,10 @@ def test_embedded_harvest_into_journal(tmp_path: Path) -> None:
     for r in records:
         per_key.setdefault(r.key, []).append(int(r.value.decode()[1:]))  # type: ignore[union-attr]
     assert all(seq == sorted(seq) for seq in per_key.values())
-    assert next(r for r in records if r.value == b"v0").headers == [("i", "0")]
+    first = next(r for r in records if r.value == b"v0")
+    leader = recorder.of(LeaderAcquired)[0].leader_id
+    # A new configuration: the row's headers, then the sequence headers (row id, leader id).
+    assert first.headers == [("i", "0"), ("sluice-id", "1"), ("sluice-leader", leader)]
 
 
 def test_stale_leader_appends_are_rejected_by_the_epoch_register(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from sluiceway.db import Database
 from sluiceway.outbox import init_outbox
 from sluiceway.testing import Broker, free_port, wait_until
 from tests.chaos.harness import outbox_count
+from tests.integration.harvest.test_publish import consume
 from tests.unit.test_config import GOHARVEST_YAML
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
@@ -73,6 +74,9 @@ def test_goharvest_reaper_yaml_runs_and_stops_cleanly_on_sigterm(
     output = log.read_text()
     assert "received SIGTERM" in output and "harvester stopped" in output
     assert "LeaderRevoked" in output
+    # A goharvest file loaded unchanged publishes what goharvest would: no sequence headers.
+    msgs = consume(kafka.bootstrap, topic, 200)
+    assert all(not m.headers() for m in msgs)  # type: ignore[attr-defined]
 
 
 def test_bad_config_is_one_clear_line(tmp_path: Path) -> None:

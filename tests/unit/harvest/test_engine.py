@@ -174,7 +174,7 @@ def test_poison_record_goes_to_dead_letters_and_others_flow() -> None:
     store = MemoryOutboxStore()
     ids = load(store, 60, 3)
     poison = ids["k1"][4]
-    limits = dataclasses.replace(LIMITS, max_attempts=3)
+    limits = dataclasses.replace(LIMITS, max_attempts=3, park_key=False)
     events: list[Event] = []
     pub = FakePublisher(lambda r: "boom" if r.id == poison else None)
     run(store, pub, limits, lambda: not store.rows, events)
@@ -189,7 +189,7 @@ def test_permanent_errors_are_buried_at_once() -> None:
     store = MemoryOutboxStore()
     ids = load(store, 10, 2)
     pub = FakePublisher(lambda r: "MSG_SIZE_TOO_LARGE" if r.id == ids["k0"][0] else None, permanent=True)
-    run(store, pub, LIMITS, lambda: not store.rows)
+    run(store, pub, dataclasses.replace(LIMITS, park_key=False), lambda: not store.rows)
     assert store.dead[ids["k0"][0]][2] == 1
 
 
