@@ -160,8 +160,17 @@ def outbox_count(dsn: str) -> int:
 
 def read_topic(bootstrap: str, topic: str, expected: int, timeout: float = 60) -> list[tuple[str, int, int]]:
     """(key, seq, partition) of every message of ``topic``, in partition order."""
+    return [(key, seq, part) for key, seq, part, _ in read_topic_ids(bootstrap, topic, expected, timeout)]
+
+
+def read_topic_ids(
+    bootstrap: str, topic: str, expected: int, timeout: float = 60
+) -> list[tuple[str, int, int, int | None]]:
+    """(key, seq, partition, sluice-id) of every message of ``topic``, in partition order."""
     from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.admin import AdminClient
+
+    from sluiceway.harvest.sequence import sequence_id
 
     meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
     parts = list(meta.topics[topic].partitions)
@@ -169,7 +178,7 @@ def read_topic(bootstrap: str, topic: str, expected: int, timeout: float = 60) -
         {"bootstrap.servers": bootstrap, "group.id": f"check-{time.time_ns()}", "enable.auto.commit": False}
     )
     consumer.assign([TopicPartition(topic, p, 0) for p in parts])
-    out: list[tuple[str, int, int]] = []
+    out: list[tuple[str, int, int, int | None]] = []
     deadline = time.monotonic() + timeout
     quiet_since = time.monotonic()
     try:
@@ -180,7 +189,8 @@ def read_topic(bootstrap: str, topic: str, expected: int, timeout: float = 60) -
             for m in msgs:
                 if m.error():
                     continue
-                out.append((m.key().decode(), json.loads(m.value())["seq"], m.partition()))
+                seq = json.loads(m.value())["seq"]
+                out.append((m.key().decode(), seq, m.partition(), sequence_id(m.headers())))
             if len(out) >= expected and time.monotonic() - quiet_since > 1.0:
                 break
     finally:
@@ -205,6 +215,25 @@ def check_per_key_order(messages: Iterable[tuple[str, int]], expected: dict[str,
             )
         dups[key] = len(seqs) - len(collapsed)
     return dups
+
+
+def check_resent_suffixes(messages: Iterable[tuple[str, int]], expected: dict[str, int]) -> int:
+    """Per key, each record first appears after its predecessor and a repeat only restarts an
+    earlier suffix (1, 2, 3, 2, 3, 4, …): what ``perKeyInFlight`` > 1 allows. Returns re-sends."""
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for key, seq in messages:
+        by_key[key].append(seq)
+    assert set(by_key) == set(expected), f"keys missing: {sorted(set(expected) - set(by_key))[:5]}"
+    resent = 0
+    for key, seqs in by_key.items():
+        bad = next((i for i in range(1, len(seqs)) if seqs[i] > seqs[i - 1] + 1), None)
+        if seqs[0] != 1 or bad is not None or max(seqs) != expected[key]:
+            at = bad or 0
+            raise AssertionError(
+                f"key {key}: not 1..{expected[key]} with re-sent suffixes: ...{seqs[max(0, at - 4) : at + 4]}"
+            )
+        resent += len(seqs) - expected[key]
+    return resent
 
 
 def run_until(cond: Callable[[], bool], timeout: float, what: str) -> None:
