@@ -33,6 +33,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from sluiceway.errors import InvariantViolation
 from sluiceway.outbox.record import MarkedRecord
@@ -41,25 +42,21 @@ from sluiceway.outbox.record import MarkedRecord
 READY, SENT, ACKED, FAILED, PURGING = range(5)
 
 
-class _Entry:
-    __slots__ = ("record", "state")
-
-    def __init__(self, record: MarkedRecord) -> None:
-        self.record = record
-        self.state = READY
+#: A window entry: ``[record, state]`` — a list, not an object: one is made per record on the
+#: hot path, and a list is the cheapest mutable pair Python has.
+_Entry = list[Any]
+RECORD, STATE = 0, 1
 
 
 class _Window:
-    __slots__ = ("entries", "fenced", "target")
+    """A key's records in flight or ready, in id order, all bound for one topic and partition."""
 
-    def __init__(self, target: tuple[str, int | None]) -> None:
+    __slots__ = ("entries", "fenced", "partition", "topic")
+
+    def __init__(self, record: MarkedRecord) -> None:
         self.entries: deque[_Entry] = deque()
         self.fenced = False
-        self.target = target
-
-
-def _target(record: MarkedRecord) -> tuple[str, int | None]:
-    return record.topic, record.partition
+        self.topic, self.partition = record.topic, record.partition
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +105,8 @@ class Dispatcher:
         #: publish the record again. ``_done`` remembers those ids (id -> tick) until every batch
         #: marked before them has been admitted.
         self.tick = 0
-        self._done: dict[int, int] = {}
+        self._done: set[int] = set()
+        self._done_log: deque[tuple[int, list[int]]] = deque()  # (tick, ids), oldest first
 
     # -- views -------------------------------------------------------------------------------
     @property
@@ -172,13 +170,12 @@ class Dispatcher:
                 key = record.key
                 window = self._windows.get(key)
                 if window is None:
-                    window = self._windows[key] = _Window(_target(record))
+                    window = self._windows[key] = _Window(record)
                 elif key in self._pending or not self._open(window, record):
                     self._pending.setdefault(key, deque()).append(record)
                     self._held_ids.add(record.id)
                     continue
-                self._enter(window, record)
-            self._fill(sends)
+                self._enter(window, record, sends)
         return sends, abandoned
 
     def refresh(self) -> int:
@@ -187,7 +184,7 @@ class Dispatcher:
         with self._lock:
             dropped = len(self._held_ids)
             for entry in self._ready:
-                record = entry.record
+                record = entry[RECORD]
                 window = self._windows[record.key]
                 window.entries.remove(entry)  # ready entries are the window's unsent tail
                 del self._entries[record.id]
@@ -224,10 +221,10 @@ class Dispatcher:
                         plan.failures.append(failure)
                     continue
                 for entry in window.entries:
-                    if entry.state == ACKED:
-                        entry.state = PURGING
-                        plan.purge.append(entry.record)
-                    elif entry.state != PURGING:
+                    if entry[STATE] == ACKED:
+                        entry[STATE] = PURGING
+                        plan.purge.append(entry[RECORD])
+                    elif entry[STATE] != PURGING:
                         break
         return plan
 
@@ -236,15 +233,19 @@ class Dispatcher:
         sent (the next records of their keys, and ready records for the freed slots)."""
         sends: list[MarkedRecord] = []
         with self._lock:
-            keys: dict[str, None] = {}
             self.tick += 1
+            done = [record.id for record in records]
+            self._done.update(done)
+            self._done_log.append((self.tick, done))
+            pending = self._pending
+            refill: list[str] = []
             for record in records:
                 self._leave(record)
-                self._done[record.id] = self.tick
-                keys[record.key] = None
-            for key in keys:
-                self._refill(key)
-            self._fill(sends)
+                if record.key in pending:
+                    refill.append(record.key)
+            self._fill(sends)  # the oldest ready records first, then what the windows now let in
+            for key in refill:
+                self._refill(key, sends)
             self._room.notify_all()
         return sends
 
@@ -264,14 +265,15 @@ class Dispatcher:
                 )
             unsettled: list[int] = []
             for entry in window.entries:
-                record = entry.record
-                if entry.state in (READY, SENT):
+                record = entry[RECORD]
+                if entry[STATE] in (READY, SENT):
                     raise InvariantViolation(f"key {key!r} closed with record {record.id} still in flight")
                 del self._entries[record.id]
                 self._in_flight_ids.discard(record.id)
                 if settled and record.id == failure.record.id:
                     self.tick += 1
-                    self._done[record.id] = self.tick
+                    self._done.add(record.id)
+                    self._done_log.append((self.tick, [record.id]))
                 else:
                     unsettled.append(record.id)
             del self._windows[key]
@@ -288,8 +290,8 @@ class Dispatcher:
                     self._held_ids.discard(record.id)
                 self._force_remark = True
             else:
-                self._refill(key)
                 self._fill(sends)
+                self._refill(key, sends)
             self._room.notify_all()
         return sends
 
@@ -312,40 +314,43 @@ class Dispatcher:
     def _forget_done(self, tick: int) -> None:
         """A batch marked at ``tick`` started after everything done up to it: no copy of those can
         follow (ticks are stamped after the increment, so "done at t <= tick" means before)."""
-        done = self._done
-        while done:
-            rid = next(iter(done))
-            if done[rid] > tick:
-                break
-            del done[rid]
+        log = self._done_log
+        while log and log[0][0] <= tick:
+            self._done.difference_update(log.popleft()[1])
 
     def _open(self, window: _Window, record: MarkedRecord) -> bool:
         if window.fenced or len(window.entries) >= self.per_key:
             return False
-        return not window.entries or window.target == _target(record)
+        return not window.entries or (window.topic == record.topic and window.partition == record.partition)
 
-    def _enter(self, window: _Window, record: MarkedRecord) -> None:
+    def _enter(self, window: _Window, record: MarkedRecord, sends: list[MarkedRecord]) -> None:
+        """Into the window: dispatched at once if the throttle has room and nobody is queued for
+        it (``sends``), else ready, in line for the next free slot."""
         if not window.entries:
-            window.target = _target(record)
-        entry = _Entry(record)
+            window.topic, window.partition = record.topic, record.partition
+        entry: _Entry = [record, READY]
         window.entries.append(entry)
         self._entries[record.id] = entry
-        self._ready.append(entry)
-        self._held_ids.add(record.id)
+        if not self._ready and not self._force_remark and len(self._in_flight_ids) < self.max_in_flight:
+            self._dispatch(entry)
+            sends.append(record)
+        else:
+            self._ready.append(entry)
+            self._held_ids.add(record.id)
 
-    def _refill(self, key: str) -> None:
+    def _refill(self, key: str, sends: list[MarkedRecord]) -> None:
         """Move a key's pending records into its window while it has room."""
         window = self._windows.get(key)
         queue = self._pending.get(key)
         if window is None:
             if not queue:
                 return
-            window = self._windows[key] = _Window(_target(queue[0]))
+            window = self._windows[key] = _Window(queue[0])
         if queue and not self._force_remark:
             while queue and self._open(window, queue[0]):
                 record = queue.popleft()
                 self._held_ids.discard(record.id)
-                self._enter(window, record)
+                self._enter(window, record, sends)
             if not queue:
                 del self._pending[key]
         if not window.entries and key not in self._pending:
@@ -357,12 +362,12 @@ class Dispatcher:
             return
         while self._ready and len(self._in_flight_ids) < self.max_in_flight:
             entry = self._ready.popleft()
-            self._held_ids.discard(entry.record.id)
+            self._held_ids.discard(entry[RECORD].id)
             self._dispatch(entry)
-            sends.append(entry.record)
+            sends.append(entry[RECORD])
 
     def _dispatch(self, entry: _Entry) -> None:
-        record = entry.record
+        record = entry[RECORD]
         key, rid = record.key, record.id
         floor = self._floor.pop(key, None)
         if floor is not None:
@@ -382,16 +387,16 @@ class Dispatcher:
             # Bound memory: forget idle keys (nothing in flight or waiting for them).
             self._last_sent = {k: v for k, v in self._last_sent.items() if k in self._windows}
             self._floor = {k: v for k, v in self._floor.items() if k in self._windows}
-        entry.state = SENT
+        entry[STATE] = SENT
         self._in_flight_ids.add(rid)
 
     def _mark(self, record: MarkedRecord, state: int) -> _Window:
         entry = self._entries.get(record.id)
-        if entry is None or entry.state != SENT:
+        if entry is None or entry[STATE] != SENT:
             raise InvariantViolation(
                 f"record {record.id} (key {record.key!r}) acknowledged but was not in flight"
             )
-        entry.state = state
+        entry[STATE] = state
         return self._windows[record.key]
 
     def _fence(self, key: str, window: _Window) -> None:
@@ -399,24 +404,24 @@ class Dispatcher:
         the window; they are marked again after the refresh that closing the failure raises."""
         window.fenced = True
         self.fenced_keys.add(key)
-        while window.entries and window.entries[-1].state == READY:
+        while window.entries and window.entries[-1][STATE] == READY:
             entry = window.entries.pop()
             self._ready.remove(entry)
-            self._held_ids.discard(entry.record.id)
-            del self._entries[entry.record.id]
+            self._held_ids.discard(entry[RECORD].id)
+            del self._entries[entry[RECORD].id]
 
     def _drained(self, key: str, window: _Window, purge: list[MarkedRecord]) -> Failure | None:
         """A fenced window with nothing in flight: purge its acknowledged prefix; report the rest."""
-        if any(entry.state == SENT for entry in window.entries):
+        if any(entry[STATE] == SENT for entry in window.entries):
             return None
         entries = list(window.entries)
         first = 0
-        while entries[first].state != FAILED:
-            if entries[first].state == ACKED:
-                entries[first].state = PURGING
-                purge.append(entries[first].record)
+        while entries[first][STATE] != FAILED:
+            if entries[first][STATE] == ACKED:
+                entries[first][STATE] = PURGING
+                purge.append(entries[first][RECORD])
             first += 1
-        return Failure(key, entries[first].record, tuple(e.record for e in entries[first + 1 :]))
+        return Failure(key, entries[first][RECORD], tuple(e[RECORD] for e in entries[first + 1 :]))
 
     def _leave(self, record: MarkedRecord) -> None:
         entry = self._entries.pop(record.id, None)
