@@ -19,14 +19,12 @@ from sluiceway.outbox import (
     retry_dead_letter,
 )
 from sluiceway.outbox.store import SqlOutboxStore
+from tests.chaos.harness import prepare_outbox
 from tests.contract.test_stasher import user_connection
 
 
 def fresh(dsn: str, rows: list[tuple[str, str]]) -> None:
-    with Database(dsn) as db:
-        init_outbox(db)
-        db.execute("DELETE FROM outbox")
-        db.execute("DELETE FROM outbox_dead")
+    prepare_outbox(dsn)
     conn = user_connection(dsn)
     st = Stasher().prepare(conn)
     for key, value in rows:

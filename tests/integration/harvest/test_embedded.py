@@ -20,6 +20,20 @@ from tests.chaos.harness import outbox_count
 from tests.integration.harvest.helpers import Recorder
 
 
+def sqlite_outbox(tmp_path: Path, records: list[OutboxRecord]) -> str:
+    """An SQLite outbox holding ``records``; returns its DSN."""
+    dsn = f"sqlite:///{tmp_path / 'app.db'}"
+    with Database(dsn) as db:
+        init_outbox(db)
+    conn = sqlite3.connect(tmp_path / "app.db")
+    stash = Stasher().prepare(conn)
+    for record in records:
+        stash.stash(record)
+    conn.commit()
+    conn.close()
+    return dsn
+
+
 def test_embedded_harvest_into_journal(tmp_path: Path) -> None:
     dsn = f"sqlite:///{tmp_path / 'app.db'}"
     with Database(dsn) as db:
@@ -107,14 +121,7 @@ def test_journal_destination_requires_database_election() -> None:
 
 
 def test_pipelined_keys_into_the_journal(tmp_path: Path) -> None:
-    dsn = f"sqlite:///{tmp_path / 'app.db'}"
-    with Database(dsn) as db:
-        init_outbox(db)
-    conn = sqlite3.connect(tmp_path / "app.db")
-    stash = Stasher().prepare(conn)
-    for i in range(2000):
-        stash.stash(OutboxRecord("orders", f"order-{i % 5}", str(i)))
-    conn.commit()
+    dsn = sqlite_outbox(tmp_path, [OutboxRecord("orders", f"order-{i % 5}", str(i)) for i in range(2000)])
     cfg = HarvestConfig.from_dict(
         {
             "harvest": {
