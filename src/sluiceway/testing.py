@@ -173,3 +173,128 @@ class Broker:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class PrivatePostgres:
+    """A throwaway PostgreSQL cluster of its own (``initdb`` + ``pg_ctl``) on a free loopback port,
+    for tests that need server settings the shared server lacks (``wal_level = logical``).
+
+    >>> with PrivatePostgres({"wal_level": "logical"}) as pg:      # doctest: +SKIP
+    ...     pg.dsn()                                               # 'host=127.0.0.1 port=40123 …'
+
+    As root the server runs as the ``postgres`` user (PostgreSQL refuses to run as root). The
+    binaries come from ``pg_config --bindir`` (or ``$SLUICE_PG_BINDIR``). ``stop`` removes the
+    cluster's files.
+    """
+
+    def __init__(self, settings: dict[str, str] | None = None, *, port: int | None = None) -> None:
+        self.settings = {"listen_addresses": "'127.0.0.1'", "max_connections": "100", **(settings or {})}
+        self.port = port or free_port()
+        self.directory = ""
+
+    @staticmethod
+    def bindir() -> str:
+        import glob
+        import os
+        import shutil
+        import subprocess
+
+        if os.environ.get("SLUICE_PG_BINDIR"):
+            return os.environ["SLUICE_PG_BINDIR"]
+        if shutil.which("pg_config"):
+            out = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, check=False)
+            candidate = out.stdout.strip()
+            if os.path.exists(os.path.join(candidate, "initdb")):
+                return candidate
+        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+        if not found:
+            raise RuntimeError("PostgreSQL's initdb was not found (set SLUICE_PG_BINDIR)")
+        return os.path.dirname(found[-1])
+
+    def _run(self, *args: str) -> None:
+        import os
+        import subprocess
+
+        command = list(args)
+        if os.geteuid() == 0:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(
+                f"{' '.join(args[:2])} failed: {result.stderr.strip() or result.stdout.strip()}"
+            )
+
+    def start(self, timeout: float = 60.0) -> PrivatePostgres:
+        import os
+        import shutil
+        import tempfile
+
+        bindir = self.bindir()
+        self.directory = tempfile.mkdtemp(prefix="sluice-pg-")
+        if os.geteuid() == 0:
+            shutil.chown(self.directory, "postgres", "postgres")
+        data = os.path.join(self.directory, "data")
+        self._run(
+            os.path.join(bindir, "initdb"),
+            "-D",
+            data,
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+            "--locale=C",
+        )
+        lines = [
+            f"{k} = {v}"
+            for k, v in {
+                **self.settings,
+                "port": str(self.port),
+                "unix_socket_directories": f"'{self.directory}'",
+            }.items()
+        ]
+        with open(os.path.join(data, "postgresql.auto.conf"), "a") as conf:
+            conf.write("\n".join(lines) + "\n")
+        self._run(
+            os.path.join(bindir, "pg_ctl"),
+            "-D",
+            data,
+            "-l",
+            os.path.join(self.directory, "log"),
+            "-w",
+            "-t",
+            str(int(timeout)),
+            "start",
+        )
+        return self
+
+    def dsn(self, dbname: str = "postgres") -> str:
+        return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}"
+
+    def stop(self) -> None:
+        import contextlib
+        import os
+        import shutil
+
+        if not self.directory:
+            return
+        with contextlib.suppress(RuntimeError):  # already stopped
+            self._run(
+                os.path.join(self.bindir(), "pg_ctl"),
+                "-D",
+                os.path.join(self.directory, "data"),
+                "-m",
+                "immediate",
+                "-w",
+                "stop",
+            )
+        shutil.rmtree(self.directory, ignore_errors=True)
+        self.directory = ""
+
+    def __enter__(self) -> PrivatePostgres:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

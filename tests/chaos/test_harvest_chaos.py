@@ -18,18 +18,9 @@ from sluiceway import Deduplicator
 from sluiceway.db import Database
 from sluiceway.outbox import discover, list_dead_letters, retry_dead_letter
 from sluiceway.testing import Broker, wait_until
-from tests.chaos.harness import (
-    Reaper,
-    Writers,
-    check_per_key_order,
-    check_resent_suffixes,
-    outbox_count,
-    prepare_outbox,
-    read_topic,
-    read_topic_ids,
-    the_leader,
-    write_config,
-)
+from tests.support.order import check_per_key_order, check_resent_suffixes, read_topic, read_topic_ids
+from tests.support.outbox import Writers, outbox_count, prepare_outbox
+from tests.support.reaper import Reaper, the_leader, write_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka, pytest.mark.timeout(600)]
 

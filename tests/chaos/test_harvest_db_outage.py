@@ -13,8 +13,9 @@ import pytest
 from sluiceway import Harvest, OutboxRecord, Stasher
 from sluiceway.harvest import LeaderAcquired
 from sluiceway.testing import Broker, wait_until
-from tests.chaos.harness import check_per_key_order, outbox_count, prepare_outbox, read_topic
-from tests.integration.harvest.helpers import Recorder, kafka_config, started
+from tests.support.harvest import Recorder, kafka_config, started
+from tests.support.order import check_per_key_order, read_topic
+from tests.support.outbox import outbox_count, prepare_outbox
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka, pytest.mark.timeout(300)]
 

@@ -8,50 +8,20 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from sluiceway.db import Database
 from sluiceway.journal import Journal
 from sluiceway.testing import wait_until
-from tests.chaos.harness import ROOT, Writers, check_per_key_order, prepare_outbox
+from tests.support.order import check_per_key_order
+from tests.support.outbox import Writers, prepare_outbox
+from tests.support.pipeline import kill9, write_spec
+from tests.support.pipeline import start_pipeline as start
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-
-def start(spec: Path, *args: str, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sluiceway.cli.main",
-                "pipeline",
-                "run",
-                str(spec),
-                "--master",
-                "local[2]",
-                *args,
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=out,
-            start_new_session=True,  # its own process group: the JVM dies with it
-        )
-
-
-def kill9(proc: subprocess.Popen[bytes]) -> None:
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(30)
 
 
 def journal_seqs(path: Path) -> list[tuple[str, int]]:
@@ -71,11 +41,6 @@ def file_seqs(path: Path) -> list[tuple[str, int]]:
             (r["key"], json.loads(r["value"])["seq"]) for r in map(json.loads, f.read_text().splitlines())
         )
     return out
-
-
-def write_spec(path: Path, pipeline: dict[str, Any]) -> Path:
-    path.write_text(yaml.safe_dump({"pipeline": pipeline}))
-    return path
 
 
 def write_sequences(source: Path, keys: int, total: int, per_append: int = 1000) -> dict[str, int]:

@@ -19,8 +19,7 @@ from sluiceway.outbox import (
     retry_dead_letter,
 )
 from sluiceway.outbox.store import SqlOutboxStore
-from tests.chaos.harness import prepare_outbox
-from tests.contract.test_stasher import user_connection
+from tests.support.outbox import prepare_outbox, user_connection
 
 
 def fresh(dsn: str, rows: list[tuple[str, str]]) -> None:

@@ -4,7 +4,6 @@ bad input rejected before anything is written."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 from sluiceway import InvalidRecordError, OutboxRecord, SluicewayError, Stasher
 from sluiceway.db import Database, Dialect, parse_dsn
 from sluiceway.outbox import init_outbox
+from tests.support.outbox import user_connection
 
 
 @pytest.fixture
@@ -21,20 +21,6 @@ def outbox(any_dsn: str) -> Iterator[str]:
         init_outbox(db, "outbox")
         db.execute("DELETE FROM outbox")
     yield any_dsn
-
-
-def user_connection(dsn: str) -> Any:
-    """A connection as an application would hold it: not autocommit, its own transaction."""
-    src = parse_dsn(dsn)
-    if src.dialect is Dialect.POSTGRES:
-        import psycopg
-
-        return psycopg.connect(src.target)
-    if src.dialect is Dialect.SQLITE:
-        return sqlite3.connect(src.target)
-    import pymysql
-
-    return pymysql.connect(**dict(src.mysql_kwargs))  # type: ignore[arg-type]
 
 
 def sqlalchemy_url(dsn: str) -> str:

@@ -6,30 +6,9 @@ import pytest
 
 from sluiceway.config import interpolate, parse_duration
 from sluiceway.errors import ConfigError
+from sluiceway.harvest import Harvest
 from sluiceway.harvest.config import HarvestConfig
-
-# goharvest's reaper.yaml from its README, verbatim.
-GOHARVEST_YAML = """\
-harvest:
-  baseKafkaConfig: 
-    bootstrap.servers: localhost:9092
-  producerKafkaConfig:
-    compression.type: lz4
-    delivery.timeout.ms: 10000
-  leaderTopic: my-app-name
-  leaderGroupID: my-app-name
-  dataSource: host=localhost port=5432 user=postgres password= dbname=postgres sslmode=disable
-  outboxTable: outbox
-  limits:
-    minPollInterval: 1s
-    heartbeatTimeout: 5s
-    maxInFlightRecords: 1000
-    minMetricsInterval: 5s
-    sendConcurrency: 4
-    sendBuffer: 10
-logging:
-  level: Debug
-"""
+from tests.support.harvest import GOHARVEST_YAML
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -51,6 +30,21 @@ def test_goharvest_reaper_yaml_loads_unchanged(tmp_path: Path) -> None:
     assert limits.send_concurrency == 4
     assert limits.max_poll_interval == 2.5  # heartbeatTimeout / 2
     assert cfg.logging.python_level == 10
+
+
+def test_goharvests_sample_data_source_is_warned_about_when_the_harvester_loads_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its "password= dbname=postgres" gives libpq no database name (harmless only because the user
+    # is also called postgres). Constructing the harvester connects to nothing.
+    Harvest(HarvestConfig.from_file(write(tmp_path, GOHARVEST_YAML)))
+    (record,) = [r for r in caplog.records if r.name == "sluiceway.harvest"]
+    assert record.levelname == "WARNING"
+    assert record.getMessage().startswith("dataSource: password= is empty but followed by a space")
+    caplog.clear()
+    fixed = GOHARVEST_YAML.replace("password= dbname", "password='' dbname")
+    Harvest(HarvestConfig.from_file(write(tmp_path, fixed)))
+    assert not [r for r in caplog.records if r.name == "sluiceway.harvest"]
 
 
 def test_goharvest_defaults() -> None:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from sluiceway.db import Dialect, load_queries, parse_blocks, parse_dsn, quote_identifier
+from sluiceway.db import Dialect, dsn_warnings, load_queries, parse_blocks, parse_dsn, quote_identifier
 from sluiceway.errors import InvalidIdentifierError, UnsupportedDsnError
 
 
@@ -55,6 +55,37 @@ def test_unsupported_dsn_is_a_clear_error(dsn: str) -> None:
         parse_dsn(dsn)
 
 
+def test_an_empty_value_followed_by_a_space_is_the_goharvest_dsn_trap() -> None:
+    # goharvest's sample: libpq reads "dbname=app" as the password and connects to "postgres".
+    (warning,) = dsn_warnings("host=localhost port=5432 user=postgres password= dbname=app sslmode=disable")
+    assert warning.startswith("password= is empty but followed by a space")
+    assert "takes the next setting, dbname=…, as the value of password" in warning
+    assert "the database named after the user is used" in warning
+    assert "write password='' or leave password out" in warning
+    (warning,) = dsn_warnings("host=h user=  password=secret dbname=x")
+    assert "password=…" in warning and "secret" not in warning  # never repeats a value
+    assert "named after the user" not in warning
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "host=localhost user=postgres password='' dbname=app",  # the fix
+        "host=localhost user=postgres dbname=app",  # the other fix
+        "host=localhost user=postgres password=",  # empty at the end: nothing swallowed
+        "host=localhost password = s3cret dbname=app",  # spaces around '=' with a real value
+        "host=localhost password= 'quoted' dbname=app",
+        "host=localhost options='-c a= b=c' dbname=app",  # inside quotes
+        r"host=localhost password=a\ b=c dbname=app",  # an escaped space is part of the value
+        "postgresql://postgres@localhost/app",  # URLs have no key=value settings
+        "sqlite:///app.db",
+        "mysql://root@127.0.0.1/app",
+    ],
+)
+def test_dsns_without_the_trap_give_no_warning(dsn: str) -> None:
+    assert dsn_warnings(dsn) == []
+
+
 def test_mysql_error_masks_password() -> None:
     with pytest.raises(UnsupportedDsnError) as info:
         parse_dsn("mysql://root:hunter2@host/")
@@ -97,7 +128,18 @@ def test_every_part_with_sql_is_found() -> None:
     assert "sluiceway.outbox" in _sql_packages()
 
 
-@pytest.mark.parametrize("package", _sql_packages())
+#: Parts that exist for one dialect only: change data capture reads PostgreSQL's logical decoding.
+POSTGRES_ONLY = {"sluiceway.cdc"}
+
+
+@pytest.mark.parametrize("package", sorted(set(_sql_packages()) - POSTGRES_ONLY))
 def test_every_dialect_defines_the_same_queries(package: str) -> None:
     names = {d: set(load_queries(package, d)) - DIALECT_EXTRAS.get(d, set()) for d in Dialect}
     assert names[Dialect.SQLITE] == names[Dialect.POSTGRES] == names[Dialect.MYSQL], names
+
+
+@pytest.mark.parametrize("package", sorted(POSTGRES_ONLY))
+def test_postgres_only_parts_have_no_other_dialect(package: str) -> None:
+    root = Path(str(importlib.resources.files(package))) / "sql"
+    assert sorted(p.name for p in root.glob("*.sql")) == ["postgres.sql"]
+    assert load_queries(package, Dialect.POSTGRES)

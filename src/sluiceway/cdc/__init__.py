@@ -6,10 +6,13 @@ are neither lost nor reordered, and advances the slot only when every sink has c
 pipeline's ``postgres-cdc`` source (``sluice-postgres-cdc`` in Spark) is built on it; see
 ``docs/cdc.md``.
 
-Layout: :mod:`~sluiceway.cdc.pgoutput` (decoding messages) and :mod:`~sluiceway.cdc.values`
-(values → JSON) and :mod:`~sluiceway.cdc.assemble` (messages → records, chunk windows) are pure;
-:mod:`~sluiceway.cdc.postgres` is the database edge; :mod:`~sluiceway.cdc.state` the shared
-files; :mod:`~sluiceway.cdc.reader` ties them into one sink's reader.
+Layout — pure, no I/O: :mod:`~sluiceway.cdc.pgoutput` (decoding messages),
+:mod:`~sluiceway.cdc.values` (values → JSON), :mod:`~sluiceway.cdc.relation` and
+:mod:`~sluiceway.cdc.columnar` (a relation's changes, value by value and column-wise),
+:mod:`~sluiceway.cdc.assemble` and :mod:`~sluiceway.cdc.records` (a stretch of the slot →
+records, the copy's chunk windows), :mod:`~sluiceway.cdc.model` (the values they pass). At the
+edge: :mod:`~sluiceway.cdc.postgres` (the database), :mod:`~sluiceway.cdc.state` (the files the
+sinks share); :mod:`~sluiceway.cdc.reader` ties them into one sink's reader.
 """
 
 from sluiceway.cdc.errors import CdcError, LostChangesError, SlotInUseError

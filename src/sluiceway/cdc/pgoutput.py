@@ -153,6 +153,8 @@ def _tuple(data: bytes, pos: int) -> tuple[Values, int]:
         if kind == 0x74:  # 't': text
             (size,) = _I32.unpack_from(data, pos)
             pos += 4
+            if pos + size > len(data):
+                raise DecodeError(f"a column value runs past the end of the message ({size} bytes)")
             append(data[pos : pos + size].decode())
             pos += size
         elif kind == 0x6E:  # 'n': null
@@ -226,7 +228,5 @@ def decode(data: bytes) -> Decoded:
         if kind in (0x4F, 0x59):  # 'O' origin, 'Y' type
             return Other(chr(kind))
     except (struct.error, IndexError, ValueError) as exc:
-        if isinstance(exc, DecodeError):
-            raise
         raise DecodeError(f"malformed {chr(kind)!r} message: {exc}") from None
     raise DecodeError(f"unknown pgoutput message {chr(kind)!r}")

@@ -22,14 +22,18 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sluiceway.cdc.assemble import Row, Snapshot
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sluiceway.cdc.columnar import json_column
 from sluiceway.cdc.errors import CdcError, SlotInUseError
+from sluiceway.cdc.model import Row, Snapshot
 from sluiceway.cdc.pgoutput import format_lsn
-from sluiceway.cdc.values import PgType, TypeRow, canonical_key, resolve, to_json
+from sluiceway.cdc.values import PgType, TypeRow, resolve, row_key
 from sluiceway.db.connection import map_db_error
 from sluiceway.db.dsn import Dialect, parse_dsn
 from sluiceway.db.queries import QuerySet
@@ -103,8 +107,8 @@ class ChunkRead:
 
     snapshot: Snapshot
     read_time: int
-    keys: list[str]
-    values: list[bytes]
+    keys: pa.Array  # string
+    values: pa.Array  # binary (JSON objects)
     #: Where the next chunk starts (key column texts, or ``[page]`` for a table without a key).
     last: list[str] | None
     #: The table has no rows after this chunk.
@@ -406,46 +410,92 @@ class CdcSession:
 
     # -- copying ---------------------------------------------------------------------------------
     def read_chunk(self, table: TableSpec, after: list[str] | None, size: int) -> ChunkRead:
-        """The next ``size`` rows of ``table`` after ``after`` (key order), under a fresh snapshot."""
+        """The next ``size`` rows of ``table`` after ``after`` (key order), under a fresh snapshot.
+
+        The server makes each row's JSON (``row_to_json``) and sends each column of the chunk
+        as one text (see :meth:`_chunk_columns`): no Python work per row.
+        """
+        from psycopg import sql
+
         types = self.types(t for _, t in table.columns)
         select = ", ".join(
             f"{quote(c)}::text AS {quote(c)}" if types[t].as_text else quote(c) for c, t in table.columns
         )
+
+        def literal(value: object) -> str:
+            # COPY takes no parameters: values (key texts we read, numbers) go in as quoted literals.
+            return sql.Literal(value).as_string(self.conn)
+
         if table.key is None:
-            sql, params, next_page, done = self._page_chunk(table, select, after, size)
+            query, next_page, done = self._page_chunk(table, select, after, size, literal)
+            texts: list[str] = []
         else:
             keys = ", ".join(quote(k) for k in table.key)
-            where = f"WHERE ({keys}) > ({', '.join(['%s'] * len(table.key))})" if after else ""
-            texts = ", ".join(f"x.{quote(k)}::text" for k in table.key)
-            sql = (
-                f"SELECT {texts}, row_to_json(x)::text FROM "
-                f"(SELECT {select} FROM {table.sql_name} {where} ORDER BY {keys} LIMIT %s) x"
-            )
-            params = [*(after or []), size]
+            where = f"WHERE ({keys}) > ({', '.join(literal(v) for v in after)})" if after else ""
+            texts = [f"x.{quote(k)}::text" for k in table.key]
+            query = f"(SELECT {select} FROM {table.sql_name} {where} ORDER BY {keys} LIMIT {literal(size)}) x"
+        exprs = [*texts, "row_to_json(x.*)::text"]
         with self.transaction("ISOLATION LEVEL REPEATABLE READ READ ONLY"):
             row = self.one("snapshot")
             assert row is not None
-            rows = self._rows(sql, params, f"cdc: copy {table.namespace}")
+            columns = self._chunk_columns(query, exprs, len(texts), f"cdc: copy {table.namespace}")
         snapshot, read_time = Snapshot.parse(row[0]), int(row[1])
+        n = len(texts)
+        values = columns[n].cast(pa.binary())
         if table.key is None:
-            values = [r[0] for r in rows]
-            keys_out = [
-                json.dumps(list(json.loads(v).values()), separators=(",", ":"), ensure_ascii=False)
-                for v in values
-            ]
-            return ChunkRead(snapshot, read_time, keys_out, [v.encode() for v in values], next_page, done)
-        n = len(table.key)
+            key_arr = pa.array(
+                [row_key(list(json.loads(v).values())) for v in columns[0].to_pylist()], pa.string()
+            )
+            return ChunkRead(snapshot, read_time, key_arr, values, next_page, done)
+        rows = len(values)
+        last = [str(columns[i][rows - 1]) for i in range(n)] if rows else after
         if n == 1:
-            keys_out = [r[0] for r in rows]
+            key_arr = columns[0]
         else:
             key_types = [types[dict(table.columns)[k]] for k in table.key]
-            keys_out = [canonical_key([to_json(r[i], key_types[i]) for i in range(n)]) for r in rows]
-        last = [str(v) for v in rows[-1][:n]] if rows else after
-        return ChunkRead(snapshot, read_time, keys_out, [r[n].encode() for r in rows], last, len(rows) < size)
+            parts: list[object] = ["["]
+            for i in range(n):
+                parts.extend([json_column(columns[i], key_types[i]), "," if i < n - 1 else "]"])
+            key_arr = pc.binary_join_element_wise(*parts, "")
+        return ChunkRead(snapshot, read_time, key_arr, values, last, rows < size)
+
+    def _chunk_columns(self, query: str, exprs: list[str], keys: int, what: str) -> list[pa.Array]:
+        """The chunk's columns, each aggregated by the server into one text separated by U+001E.
+
+        One value per column instead of one message per row (as ``COPY`` sends) makes reading a
+        chunk a few large transfers that Arrow splits at C speed. JSON text cannot hold a raw
+        U+001E; a key could, and then the chunk is read again as CSV through ``COPY``.
+        """
+        aggregates = ", ".join(f"string_agg({e}, E'\\x1e')" for e in exprs)
+        clash = " OR ".join(f"strpos({e}, E'\\x1e') > 0" for e in exprs[:keys]) or "false"
+        row = self._rows(f"SELECT {aggregates}, count(*), bool_or({clash}) FROM {query}", None, what)[0]
+        count, clashed = int(row[-2]), bool(row[-1])
+        if clashed:
+            statement = f"COPY (SELECT {', '.join(exprs)} FROM {query}) TO STDOUT WITH (FORMAT csv)"
+            return _csv_columns(self._copy_out(statement, what), len(exprs))
+        columns = []
+        for text in row[: len(exprs)]:
+            parts = pc.split_pattern(pa.array([text or ""], pa.string()), "\x1e").flatten() if count else None
+            columns.append(parts if parts is not None else pa.array([], pa.string()))
+        return columns
+
+    def _copy_out(self, statement: str, what: str) -> bytes:
+        import psycopg
+
+        try:
+            with self.conn.cursor() as cur, cur.copy(statement) as copy:
+                return b"".join(bytes(block) for block in copy)
+        except psycopg.Error as exc:
+            raise map_db_error(exc, what) from exc
 
     def _page_chunk(
-        self, table: TableSpec, select: str, after: list[str] | None, size: int
-    ) -> tuple[str, list[Any], list[str], bool]:
+        self,
+        table: TableSpec,
+        select: str,
+        after: list[str] | None,
+        size: int,
+        literal: Callable[[object], str],
+    ) -> tuple[str, list[str], bool]:
         """A table without a key is copied by ranges of heap pages (TID range scans)."""
         pages, tuples = self._rows(
             "SELECT greatest(pg_relation_size(%s::oid) / current_setting('block_size')::int, 1), "
@@ -453,22 +503,35 @@ class CdcSession:
             [table.oid, table.oid],
             "cdc: table size",
         )[0]
-        first = int(after[0]) if after else 0
-        per_page = max(1.0, float(tuples) / max(1, int(pages)))
+        first = int(after[0]) if after else 0  # a page number we wrote ourselves
+        # Rows per page from the planner's statistics; a table never analysed gets a guess.
+        per_page = float(tuples) / max(1, int(pages)) if float(tuples) > 0 else 64.0
         span = max(1, int(size / per_page))
         end = first + span
+        lower = f"ctid >= {literal(f'({first},0)')}::tid"
         if end >= int(pages):
-            return (
-                f"SELECT row_to_json(x)::text FROM (SELECT {select} FROM {table.sql_name} "
-                "WHERE ctid >= %s::tid) x",
-                [f"({first},0)"],
-                [str(end)],
-                True,
-            )
-        return (
-            f"SELECT row_to_json(x)::text FROM (SELECT {select} FROM {table.sql_name} "
-            "WHERE ctid >= %s::tid AND ctid < %s::tid) x",
-            [f"({first},0)", f"({end},0)"],
-            [str(end)],
-            False,
-        )
+            return f"(SELECT {select} FROM {table.sql_name} WHERE {lower}) x", [str(end)], True
+        upper = f"ctid < {literal(f'({end},0)')}::tid"
+        return f"(SELECT {select} FROM {table.sql_name} WHERE {lower} AND {upper}) x", [str(end)], False
+
+
+def _csv_columns(data: bytes, count: int) -> list[pa.Array]:
+    """``count`` text columns of PostgreSQL's CSV output (no NULLs in what we copy)."""
+    import io
+
+    from pyarrow import csv
+
+    names = [f"c{i}" for i in range(count)]
+    if not data:
+        return [pa.array([], pa.string()) for _ in names]
+    table = csv.read_csv(
+        io.BytesIO(data),
+        read_options=csv.ReadOptions(column_names=names, block_size=max(1 << 20, len(data) // 4 + 1)),
+        parse_options=csv.ParseOptions(newlines_in_values=True),
+        convert_options=csv.ConvertOptions(
+            column_types=dict.fromkeys(names, pa.string()),
+            strings_can_be_null=False,
+            quoted_strings_can_be_null=False,
+        ),
+    )
+    return [table.column(name).combine_chunks() for name in names]

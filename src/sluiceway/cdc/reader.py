@@ -27,16 +27,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from sluiceway.cdc.assemble import Assembly, Columns, TableInfo, assemble, watermark_prefix
+from sluiceway.cdc.assemble import Assembly, assemble
 from sluiceway.cdc.errors import CdcError, LostChangesError
+from sluiceway.cdc.model import TableInfo, watermark_prefix
 from sluiceway.cdc.pgoutput import format_lsn
 from sluiceway.cdc.postgres import CdcSession, TableSpec, check_publication_name, check_slot_name
 from sluiceway.cdc.state import CopyState, SourceState, TableCopy
 from sluiceway.journal.record import ARROW_SCHEMA
 
 log = logging.getLogger("sluiceway.cdc")
-
-_HEADERS = ARROW_SCHEMA.field("headers").type
 
 
 @dataclass(frozen=True)
@@ -178,7 +177,7 @@ class CdcReader:
             state = self.state.load()
         upto = self._upto(state)
         asm = self._decode(start, upto, limit)
-        if asm.pending is not None and asm.end == start and not asm.columns:
+        if asm.pending is not None and asm.end == start and not asm.records:
             close = self._close_pending(asm.pending)
             if close is None:
                 return start  # its taker is still at work: wait for the next trigger
@@ -203,18 +202,27 @@ class CdcReader:
                     "slot dropped and created again?). Start the pipeline from a fresh checkpoint to copy "
                     "the tables again."
                 )
-            # upto_nchanges counts every message (begin, relation, commit…): ask for some more.
-            rows = session.peek(opts.slot, opts.publication, upto, None if limit is None else 2 * limit + 64)
-        return assemble(
-            rows,
-            start=start,
-            upper=upto,
-            limit=limit,
-            prefix=self.prefix,
-            tables=self.table_infos(),
-            types=session.types,
-            chunks=self.state.load_chunk,
-        )
+            # upto_nchanges counts every message (begin, relation, commit…) from the slot's confirmed
+            # position — including what this sink already has when a slower sink holds the slot.
+            # Ask for a little more than the batch, and for more again while that falls short.
+            wanted = None if limit is None else 2 * limit + 64
+            while True:
+                rows = session.peek(opts.slot, opts.publication, upto, wanted)
+                asm = assemble(
+                    rows,
+                    start=start,
+                    upper=upto,
+                    limit=limit,
+                    prefix=self.prefix,
+                    tables=self.table_infos(),
+                    types=session.types,
+                    chunks=self.state.load_chunk,
+                )
+                if wanted is None or limit is None or len(rows) < wanted:
+                    return asm  # the slot had no more to give
+                if asm.records >= limit or asm.pending is not None:
+                    return asm
+                wanted *= 4
 
     def _close_pending(self, chunk: int) -> int | None:
         """A window with no close in the decoded WAL: where it closes, closing it if its taker died."""
@@ -239,7 +247,7 @@ class CdcReader:
             self.session.emit(self.prefix, "P")
 
     def _spill(self, start: int, asm: Assembly) -> None:
-        parts = split_parts(asm.columns, self.options.partitions)
+        parts = split_parts(asm.batch, self.options.partitions)
         for part, batch in enumerate(parts):
             path = self.state.spill_path(self.options.consumer, asm.end, part)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -266,7 +274,15 @@ class CdcReader:
                 f"decoding {format_lsn(start)}..{format_lsn(end)} again ended at {format_lsn(asm.end)}: "
                 "the slot no longer holds this batch"
             )
-        return split_parts(asm.columns, self.options.partitions)[part]
+        return split_parts(asm.batch, self.options.partitions)[part]
+
+    def peek(self, start: int, end: int, limit: int) -> pa.RecordBatch:
+        """Records with ``start <= offset < end`` still in the slot (for an operator; moves nothing)."""
+        info = self.session.slot(self.options.slot)
+        if info is None:
+            raise CdcError(f"replication slot {self.options.slot!r} does not exist")
+        low = max(start - 1, info.confirmed)
+        return self._decode(low, max(low, end - 1), limit).batch
 
     # -- committing --------------------------------------------------------------------------------
     def commit(self, end: int) -> None:
@@ -345,38 +361,14 @@ class CdcReader:
         return len(read.keys)
 
 
-def split_parts(columns: Columns, parts: int) -> list[pa.RecordBatch]:
-    """The records as ``parts`` Arrow batches, split by key so each key's records stay in one, in order."""
-    batch = to_arrow(columns)
+def split_parts(batch: pa.RecordBatch, parts: int) -> list[pa.RecordBatch]:
+    """The records as ``parts`` batches, split by key so each key's records stay in one, in order."""
     if parts == 1:
         return [batch]
     buckets: list[list[int]] = [[] for _ in range(parts)]
-    for i, key in enumerate(columns.key):
+    for i, key in enumerate(batch.column("key").to_pylist()):
         buckets[zlib.crc32((key or "").encode()) % parts].append(i)
     return [batch.take(pa.array(idx, pa.int64())) for idx in buckets]
-
-
-def to_arrow(columns: Columns) -> pa.RecordBatch:
-    headers = pa.ListArray.from_arrays(
-        pa.array(columns.header_offsets, pa.int32()),
-        pa.StructArray.from_arrays(
-            [pa.array(columns.header_keys, pa.string()), pa.array(columns.header_values, pa.string())],
-            fields=list(_HEADERS.value_type),
-        ),
-        type=_HEADERS,
-    )
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(columns.offset, pa.int64()),
-            pa.array(columns.namespace, pa.string()),
-            pa.array(columns.op, pa.string()),
-            pa.array(columns.key, pa.string()),
-            pa.array(columns.value, pa.binary()),
-            headers,
-            pa.array(columns.timestamp, ARROW_SCHEMA.field("timestamp").type),
-        ],
-        schema=ARROW_SCHEMA,
-    )
 
 
 def describe(options: CdcOptions) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sluiceway.cdc.assemble import Chunk, Snapshot
+from sluiceway.cdc.model import Chunk, Snapshot
 
 
 @dataclass
@@ -132,8 +132,8 @@ class SourceState:
         namespace: str,
         snapshot: Snapshot,
         read_time: int,
-        keys: list[str],
-        values: list[bytes],
+        keys: pa.Array,
+        values: pa.Array,
     ) -> None:
         """Save a chunk durably (before its ``H`` watermark makes it part of the stream)."""
         path = self.chunk_path(chunk)
@@ -143,9 +143,8 @@ class SourceState:
             b"snapshot": str(snapshot).encode(),
             b"read_time": str(read_time).encode(),
         }
-        table = pa.table(
-            {"key": pa.array(keys, pa.string()), "value": pa.array(values, pa.binary())}
-        ).replace_schema_metadata(meta)
+        columns = {"key": keys.cast(pa.string()), "value": values.cast(pa.binary())}
+        table = pa.table(columns).replace_schema_metadata(meta)
         tmp = path.with_suffix(".tmp")
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
@@ -165,8 +164,8 @@ class SourceState:
             meta[b"namespace"].decode(),
             Snapshot.parse(meta[b"snapshot"].decode()),
             int(meta[b"read_time"]),
-            table.column("key").to_pylist(),
-            table.column("value").to_pylist(),
+            table.column("key").combine_chunks(),
+            table.column("value").combine_chunks(),
         )
 
     def forget_chunks(self, passed: int) -> None:

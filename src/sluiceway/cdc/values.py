@@ -146,7 +146,7 @@ def to_json(text: str | None, pg: PgType) -> str:
 
 def _xsd(text: str) -> str:
     # ISO '2024-05-01 12:00:00' → XSD '2024-05-01T12:00:00' (what to_json prints); 'infinity' stays.
-    return text.replace(" ", "T", 1) if len(text) > 10 and text[10] == " " else text
+    return text.replace(" ", "T", 1)
 
 
 def _xsd_tz(text: str) -> str:
@@ -213,7 +213,13 @@ def parse_array(text: str, delimiter: str = ",") -> list[Any]:
     return parse()
 
 
-def canonical_key(json_values: list[str]) -> str:
-    """The key of a row identified by several columns: a compact JSON array of their values,
-    normalised (parsed and printed again) so both phases produce the same text."""
-    return json.dumps([json.loads(v) for v in json_values], separators=(",", ":"), ensure_ascii=False)
+def composite_key(json_values: list[str]) -> str:
+    """The key of a row identified by several key columns: a compact JSON array of their values,
+    each as :func:`to_json` makes it from the column's text (so both phases agree to the byte)."""
+    return "[" + ",".join(json_values) + "]"
+
+
+def row_key(values: list[object]) -> str:
+    """The key of a row of a table without a primary key: every column's value as a compact JSON
+    array, normalised (the copy reads the row as the server's JSON, the stream as text forms)."""
+    return json.dumps(values, separators=(",", ":"), ensure_ascii=False)

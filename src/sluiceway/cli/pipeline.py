@@ -21,7 +21,8 @@ app = typer.Typer(
         "  sluice pipeline status orders.yaml\n\n"
         "  sluice pipeline inspect orders.yaml --from 120 --to 130\n\n"
         "  sluice pipeline skip orders.yaml --sink db --offset 127\n\n"
-        "  sluice pipeline step orders.yaml --sink db"
+        "  sluice pipeline step orders.yaml --sink db\n\n"
+        "  sluice pipeline drop-slot orders.yaml"
     ),
     no_args_is_help=True,
 )
@@ -31,6 +32,16 @@ MASTER = typer.Option(
     "local[*]", "--master", help="local[*] (default), local[N], spark://host:port or sc://host:port"
 )
 LOG_FORMAT = typer.Option("text", "--log-format", help="text or json")
+
+
+def parse_offset(text: str, option: str) -> int:
+    """An offset as a number, or (CDC) as an LSN in PostgreSQL's notation: ``0/16B3748``."""
+    from sluiceway.cdc.pgoutput import parse_lsn
+
+    try:
+        return parse_lsn(text) if "/" in text else int(text)
+    except ValueError:
+        raise fail(f"{option}: expected a number or an LSN like 0/16B3748, got {text!r}") from None
 
 
 def _spec(path: str) -> Any:
@@ -93,13 +104,19 @@ def status_cmd(
 
       sluice pipeline status orders.yaml --json
     """
-    from sluiceway.pipeline.operator import status
+    from sluiceway.pipeline.operator import source_status, status
 
-    rows = status(_spec(spec))
+    parsed = _spec(spec)
+    rows = status(parsed)
+    source = source_status(parsed)
     if as_json:
         for r in rows:
             console.print_json(json.dumps(r.as_dict(), default=str))
+        if source is not None:
+            console.print_json(json.dumps({"source": source}, default=str))
         return
+    if source is not None:
+        _print_cdc(source)
     table = Table(title="pipeline sinks")
     for col in ("sink", "state", "batch", "position", "lag", "last offset", "records", "dead", "last error"):
         table.add_column(col)
@@ -120,12 +137,32 @@ def status_cmd(
     console.print(table)
 
 
+def _print_cdc(source: dict[str, Any]) -> None:
+    tables = Table(title="source tables")
+    for col in ("table", "phase", "rows copied", "chunks", "copy complete at"):
+        tables.add_column(col)
+    for t in source["tables"]:
+        tables.add_row(
+            t["table"], t["phase"], str(t["rows_copied"]), str(t["chunks"]), t["complete_at"] or "-"
+        )
+    console.print(tables)
+    slot = source["slot"]
+    if slot is None:
+        console.print("slot: not created yet")
+    else:
+        console.print(
+            f"slot {slot['slot']}: confirmed {slot['confirmed_lsn']}, holds {slot['wal_retained_bytes']:,} "
+            "bytes of WAL" + (f", in use by pid {slot['active_pid']}" if slot["active_pid"] else ""),
+            highlight=False,
+        )
+
+
 @app.command("inspect")
 @friendly_errors
 def inspect_cmd(
     spec: str = SPEC,
-    start: int = typer.Option(..., "--from", help="First offset (inclusive)."),
-    end: int = typer.Option(..., "--to", help="Last offset (exclusive)."),
+    start: str = typer.Option(..., "--from", help="First offset (inclusive); CDC: an LSN, 0/16B3748."),
+    end: str = typer.Option(..., "--to", help="Last offset (exclusive)."),
     limit: int = typer.Option(1000, "--limit", help="At most this many records."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per record."),
 ) -> None:
@@ -138,7 +175,7 @@ def inspect_cmd(
     from sluiceway.pipeline.operator import inspect
     from sluiceway.pipeline.sinks.console import render
 
-    table = inspect(_spec(spec), start, end, limit=limit)
+    table = inspect(_spec(spec), parse_offset(start, "--from"), parse_offset(end, "--to"), limit=limit)
     for row in table.to_pylist():
         if as_json:
             value = row["value"]
@@ -156,7 +193,7 @@ def inspect_cmd(
 def skip_cmd(
     spec: str = SPEC,
     sink: str = typer.Option(..., "--sink", help="The sink that should pass over the record."),
-    offset: int = typer.Option(..., "--offset", help="The record's offset."),
+    offset_text: str = typer.Option(..., "--offset", help="The record's offset (CDC: a number or an LSN)."),
 ) -> None:
     """Mark the record at OFFSET done for SINK without writing it (e.g. a poison record).
 
@@ -166,6 +203,7 @@ def skip_cmd(
     """
     from sluiceway.pipeline.operator import skip
 
+    offset = parse_offset(offset_text, "--offset")
     if offset < 0:
         raise fail("--offset must be >= 0")
     skip(_spec(spec), sink, offset)
@@ -192,3 +230,43 @@ def step_cmd(
         console.print(f"sink {sink!r}: wrote the record at offset {result['offset']}")
     else:
         console.print(f"sink {sink!r}: nothing to write (caught up)")
+
+
+@app.command("drop-slot")
+@friendly_errors
+def drop_slot_cmd(spec: str = SPEC) -> None:
+    """Drop a CDC pipeline's replication slot, releasing the WAL it holds.
+
+    A slot keeps every change from its confirmed position on, also while the pipeline is
+    stopped: PostgreSQL keeps that WAL on disk. Drop the slot of a pipeline you retire. Its
+    checkpoint then no longer matches the server: delete it before running the pipeline
+    again (which copies the tables anew).
+
+    Example:
+
+      sluice pipeline drop-slot orders.yaml
+    """
+    from sluiceway.cdc.postgres import CdcSession
+    from sluiceway.errors import DatabaseError
+
+    parsed = _spec(spec)
+    if parsed.source.type != "postgres-cdc":
+        raise fail(f"pipeline {parsed.name!r} reads {parsed.source.type!r}, which has no replication slot")
+    session = CdcSession(parsed.source.dsn)
+    try:
+        info = session.slot(parsed.source.slot)
+        if info is None:
+            raise fail(f"slot {parsed.source.slot!r} does not exist (nothing to drop)")
+        try:
+            session.drop_slot(parsed.source.slot)
+        except DatabaseError as exc:
+            raise fail(
+                f"cannot drop slot {parsed.source.slot!r} (is the pipeline still running?): {exc}"
+            ) from None
+    finally:
+        session.close()
+    console.print(
+        f"dropped slot {parsed.source.slot!r}, which held {info.retained:,} bytes of WAL; delete "
+        f"{parsed.checkpoint} before running the pipeline again (it will copy the tables anew)",
+        highlight=False,
+    )

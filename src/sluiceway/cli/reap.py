@@ -10,7 +10,8 @@ from typing import Any
 
 import typer
 
-from sluiceway.cli.common import friendly_errors, setup_logging
+from sluiceway.cli.common import fail, friendly_errors, setup_logging
+from sluiceway.errors import SluicewayError
 
 log = logging.getLogger("sluiceway.reaper")
 
@@ -31,6 +32,8 @@ def reap(
 ) -> None:
     """Harvest an outbox while this process is the elected leader, until SIGTERM/SIGINT.
 
+    Checks first that the outbox database is reachable and has the outbox table (exit 1 if not).
+
     Example: sluice reap -f reaper.yaml --metrics-addr 127.0.0.1:9464
     """
     from sluiceway.harvest import Harvest, HarvestConfig
@@ -43,6 +46,12 @@ def reap(
         config = HarvestConfig.model_validate(data)
     setup_logging(config.logging.python_level, log_format)
     harvest = Harvest(config)
+    try:
+        # Before campaigning: a missing table or an unreachable database is a set-up error, said
+        # once, not a harvester that starts and then retries forever in silence.
+        harvest.check_source()
+    except SluicewayError as exc:
+        raise fail(f"cannot start: {' '.join(str(exc).split())}") from None
 
     def on_event(event: Event) -> None:
         if isinstance(event, MeterRead):

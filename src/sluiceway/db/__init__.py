@@ -1,7 +1,7 @@
 """Database dialects: DSN parsing, connections, named SQL and identifier quoting."""
 
 from sluiceway.db.connection import Database, map_db_error
-from sluiceway.db.dsn import DataSource, Dialect, parse_dsn
+from sluiceway.db.dsn import DataSource, Dialect, dsn_warnings, parse_dsn
 from sluiceway.db.identifiers import check_identifier, quote_identifier
 from sluiceway.db.queries import QuerySet, load_queries, parse_blocks
 
@@ -11,6 +11,7 @@ __all__ = [
     "Dialect",
     "QuerySet",
     "check_identifier",
+    "dsn_warnings",
     "load_queries",
     "map_db_error",
     "parse_blocks",

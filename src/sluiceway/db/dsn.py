@@ -87,3 +87,66 @@ def parse_dsn(dsn: str) -> DataSource:
 
 def _mask(text: str) -> str:
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", text)
+
+
+def dsn_warnings(dsn: str) -> list[str]:
+    """What in ``dsn`` parses but is probably not what its author meant, one sentence each.
+
+    The trap caught here is in goharvest's own sample, ``… user=postgres password= dbname=app``:
+    libpq skips the spaces after ``=``, so ``password`` gets ``dbname=app`` as its value and no
+    database is named — the connection goes to the database named after the user.
+
+    >>> print(dsn_warnings("host=db password= dbname=app")[0].split(":")[0])
+    password= is empty but followed by a space
+    >>> dsn_warnings("host=db password='' dbname=app")
+    []
+    """
+    text = dsn.strip()
+    if "://" in text or not _LIBPQ_KEY.match(text):
+        return []  # URLs and the other dialects' DSNs have no key=value settings
+    warnings = []
+    for key, value, spaced in _libpq_settings(text):
+        swallowed = _LIBPQ_KEY.match(value)
+        if spaced and swallowed:
+            lost = swallowed.group(0).rstrip("=").strip()
+            consequence = " (the database named after the user is used)" if lost == "dbname" else ""
+            warnings.append(
+                f"{key}= is empty but followed by a space: libpq skips the space and takes the next "
+                f"setting, {lost}=…, as the value of {key}, so {lost} is not set{consequence}; "
+                f"write {key}='' or leave {key} out"
+            )
+    return warnings
+
+
+def _libpq_settings(text: str) -> list[tuple[str, str, bool]]:
+    """``(key, value, spaced)`` as libpq reads a key=value string: values unquoted and unescaped;
+    ``spaced`` when spaces came between ``=`` and an unquoted value."""
+    settings = []
+    pos, end = 0, len(text)
+    while pos < end:
+        while pos < end and text[pos].isspace():
+            pos += 1
+        start = pos
+        while pos < end and text[pos] != "=" and not text[pos].isspace():
+            pos += 1
+        key = text[start:pos]
+        while pos < end and text[pos].isspace():
+            pos += 1
+        if not key or pos >= end or text[pos] != "=":
+            break  # malformed: libpq itself will say so when connecting
+        pos += 1
+        value_at = pos
+        while pos < end and text[pos].isspace():
+            pos += 1
+        spaced = pos > value_at
+        quoted = pos < end and text[pos] == "'"
+        pos += 1 if quoted else 0
+        chars = []
+        while pos < end and (text[pos] != "'" if quoted else not text[pos].isspace()):
+            if text[pos] == "\\" and pos + 1 < end:
+                pos += 1  # a backslash escapes the next character
+            chars.append(text[pos])
+            pos += 1
+        pos += 1 if quoted else 0
+        settings.append((key, "".join(chars), spaced and not quoted))
+    return settings

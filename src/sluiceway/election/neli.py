@@ -90,7 +90,7 @@ class KafkaElection:
             futures = admin.create_topics([NewTopic(self.topic, num_partitions=1, replication_factor=1)])
             futures[self.topic].result(timeout=15)
         except Exception as exc:
-            if not _already_exists(exc):  # a rival created it first: fine
+            if not topic_already_exists(exc):  # a rival created it first: fine
                 log.warning("could not create leader topic %s: %s", self.topic, exc)
 
     def _run(self, campaign: NeliCampaign) -> None:
@@ -161,7 +161,7 @@ class KafkaElection:
                 campaign.listener.leader_revoked()
 
 
-def _already_exists(exc: BaseException) -> bool:
+def topic_already_exists(exc: BaseException) -> bool:
     """Whether a topic creation failed because the topic exists (by Kafka's error code)."""
     from confluent_kafka import KafkaError, KafkaException
 

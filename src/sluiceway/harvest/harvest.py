@@ -6,14 +6,19 @@ import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from sluiceway.db import Database, dsn_warnings
 from sluiceway.election.protocol import LeaderElection
 from sluiceway.errors import PublisherFailedError, SluicewayError
 from sluiceway.harvest.config import HarvestConfig
 from sluiceway.harvest.engine import Engine, EngineLimits
 from sluiceway.harvest.events import Event, LeaderAcquired, LeaderFenced, LeaderRevoked
 from sluiceway.harvest.ports import OutboxStore, Publisher
+from sluiceway.outbox.table import OutboxLocation, locate_outbox
+
+if TYPE_CHECKING:
+    from sluiceway.harvest.kafka import ClientLog
 
 log = logging.getLogger("sluiceway.harvest")
 
@@ -68,6 +73,12 @@ class Harvest:
             config = HarvestConfig.from_file(config)
         self.config = config
         h = config.harvest
+        if store_factory is None or (election is None and h.election_kind == "database"):
+            # The data source is used: say now if it does not say what its author meant.
+            for warning in dsn_warnings(h.data_source):
+                log.warning("dataSource: %s", warning)
+        self._source: OutboxLocation | None = None
+        self._checks_source = store_factory is None
         self._store_factory = store_factory or self._default_store_factory()
         self._publisher_factory = publisher_factory or self._default_publisher_factory()
         self.election = election or self._default_election()
@@ -96,6 +107,20 @@ class Harvest:
         self._thread = threading.Thread(target=self._run, name=f"sluice-harvest-{self.name}", daemon=True)
         self._thread.start()
         return self
+
+    def check_source(self) -> OutboxLocation:
+        """Connect to the outbox database, find the outbox table, and log which database that is.
+
+        Raises :class:`~sluiceway.errors.DatabaseUnavailableError` when the database cannot be
+        reached and :class:`~sluiceway.errors.ConfigError` when the table is not there.
+        ``sluice reap`` calls it before ``start``; otherwise the harvester thread logs the same
+        line when it starts (or a warning, and carries on as before, if it cannot).
+        """
+        h = self.config.harvest
+        with Database(h.data_source) as db:
+            self._source = locate_outbox(db, h.outbox_table)
+        log.info("outbox %s found in %s database %r", h.outbox_table, db.dialect.value, self._source.database)
+        return self._source
 
     def stop(self) -> None:
         """Stop marking, let in-flight deliveries finish (or leave them for the next leader), release
@@ -135,6 +160,11 @@ class Harvest:
             handler(event)
 
     def _run(self) -> None:
+        if self._checks_source and self._source is None:
+            try:
+                self.check_source()
+            except Exception as exc:  # only a log line: the election and the terms retry on their own
+                log.warning("outbox not reachable yet: %s", " ".join(str(exc).split()))
         try:
             while not self._stopping.is_set():
                 with self._leadership:
@@ -229,7 +259,7 @@ class Harvest:
 
         # A fresh client per leadership term (nothing a fenced term queued can leak into the next),
         # taken from a warm spare so a new leader publishes at once.
-        spares = SparePublishers(h.producer_config)
+        spares = SparePublishers(self._kafka_log().apply(h.producer_config))
         self._spares = spares
         return spares.take
 
@@ -240,7 +270,7 @@ class Harvest:
             from sluiceway.election.neli import KafkaElection
 
             return KafkaElection(
-                h.kafka_config,
+                self._kafka_log().apply(h.kafka_config),
                 h.topic_for_leader,
                 h.group_id,
                 heartbeat_timeout=lim.heartbeat_timeout,
@@ -253,12 +283,23 @@ class Harvest:
         return DatabaseLease(h.data_source, h.election_name, ttl=ttl)
 
     _spares: Any = None
+    _client_log: ClientLog | None = None
+
+    def _kafka_log(self) -> ClientLog:
+        """One rate-limited log for every Kafka client of this harvester (see ``ClientLog``)."""
+        if self._client_log is None:
+            from sluiceway.harvest.kafka import ClientLog
+
+            self._client_log = ClientLog()
+        return self._client_log
 
     def _close_shared(self) -> None:
         if self._spares is not None:
             self._spares.close()
         if self._metrics is not None:
             self._metrics.close()
+        if self._client_log is not None:
+            self._client_log.flush()
 
 
 class _Listener:

@@ -3,6 +3,7 @@
 Idempotent producer by default (user settings win). Key, value and headers exactly as in the row;
 a NULL value publishes a tombstone. Errors the broker can never get past (record too large,
 invalid topic) are reported as *permanent* so the engine can dead-letter them at once.
+librdkafka's own log and errors reach ``logging`` through :class:`ClientLog`, rate-limited.
 """
 
 from __future__ import annotations
@@ -43,6 +44,70 @@ class PermanentPublishError(PublishError):
 
 class FatalPublishError(PublishError):
     fatal = True
+
+
+class ClientLog:
+    """librdkafka's log and error callbacks, at most one warning line per ``interval`` seconds.
+
+    With its broker unreachable, librdkafka reports every failed connection attempt, every few
+    milliseconds, from each client a harvester keeps (the term's publisher, a warm spare, NELI's
+    consumer and producer). One ClientLog serves all the clients of a harvester: the first
+    problem of an interval is logged at once, the others are only counted, and the next line
+    says how many were held back. Fatal errors are never held back; librdkafka's messages below
+    warning level go to DEBUG. Give it to a client with :meth:`apply`.
+    """
+
+    def __init__(
+        self,
+        logger: logging.Logger = log,
+        *,
+        interval: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.logger = logger
+        self.interval = interval
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last_line: float | None = None  # clock time of the last warning written
+        self._held = 0  # warnings held back since then
+
+    def apply(self, config: dict[str, Any]) -> dict[str, Any]:
+        """``config`` with this log as its ``logger`` and ``error_cb`` (unless it sets its own)."""
+        return {"logger": self, "error_cb": self.error, **config}
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        """confluent-kafka's ``logger`` interface; it calls this from ``poll()``."""
+        text = msg % args if args else msg
+        if level < logging.WARNING:
+            self.logger.debug("librdkafka: %s", text)
+        else:
+            self._warn(f"librdkafka: {text}")
+
+    def error(self, err: Any) -> None:
+        """confluent-kafka's ``error_cb``: a ``KafkaError``."""
+        if err.fatal():
+            self.logger.error("Kafka client fatal error: %s: %s", err.name(), err.str())
+        else:
+            self._warn(f"Kafka client error: {err.name()}: {err.str()}")
+
+    def flush(self) -> None:
+        """Report the count of warnings still held back (at shutdown)."""
+        with self._lock:
+            held, self._held = self._held, 0
+        if held:
+            self.logger.warning("%d more Kafka client warnings held back since the last one", held)
+
+    def _warn(self, text: str) -> None:
+        with self._lock:
+            now = self._clock()
+            if self._last_line is not None and now - self._last_line < self.interval:
+                self._held += 1
+                return
+            held, self._held, self._last_line = self._held, 0, now
+        if held:
+            self.logger.warning("%s (and %d more held back since the last warning)", text, held)
+        else:
+            self.logger.warning("%s", text)
 
 
 #: librdkafka's idempotent producer asks for its producer id on a 500 ms timer when it starts

@@ -3,6 +3,7 @@
 Answers the same verbs as the SQL store, with the same semantics: mark claims the oldest rows
 whose leader id is not the caller's; purge/reset/bury act by id. ``fail_next`` injects failures,
 including the nasty kind — the call takes effect, then reports an error anyway.
+``tests/contract/test_outbox_store.py`` holds this fake to what the SQL store does on every database.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from sluiceway.errors import DatabaseError
-from sluiceway.outbox.record import MarkedRecord, OutboxRecord, validate_record
+from sluiceway.outbox.record import MAX_ERROR_LENGTH, MarkedRecord, OutboxRecord, validate_record
 
 
 class MemoryOutboxStore:
@@ -37,9 +38,10 @@ class MemoryOutboxStore:
                 record.topic,
                 record.key,
                 value,
-                tuple(record.headers),
+                # As the SQL store reads them back: pairs as tuples, a partition of -1 as none pinned.
+                tuple((name, text) for name, text in record.headers),
                 None,
-                record.partition,
+                record.partition if record.partition is not None and record.partition >= 0 else None,
             )
             return rid
 
@@ -59,9 +61,11 @@ class MemoryOutboxStore:
             fault = self._fault("mark")
             if fault is False:
                 raise DatabaseError("injected: mark failed")
-            out = []
+            out: list[MarkedRecord] = []
             parked = set(self.parked.values())
             for rid in sorted(self.rows):
+                if len(out) >= limit:
+                    break
                 row = self.rows[rid]
                 if row.leader_id != leader_id and row.key not in parked:
                     row = MarkedRecord(
@@ -76,8 +80,6 @@ class MemoryOutboxStore:
                     )
                     self.rows[rid] = row
                     out.append(row)
-                    if len(out) >= limit:
-                        break
             if fault is True:
                 raise DatabaseError("injected: mark applied, then the connection dropped")
             return out
@@ -102,16 +104,21 @@ class MemoryOutboxStore:
                 self.rows[record_id] = MarkedRecord(
                     row.id, row.create_time, row.topic, row.key, row.value, row.headers, None, row.partition
                 )
+            if fault is True:
+                raise DatabaseError("injected: reset applied, then the connection dropped")
 
     def bury(self, record: MarkedRecord, error: str, attempts: int, parked: bool = False) -> None:
         with self._lock:
-            if self._fault("bury") is not None:
+            fault = self._fault("bury")
+            if fault is False:
                 raise DatabaseError("injected: bury failed")
             row = self.rows.pop(record.id, None)
             if row is not None:
-                self.dead[record.id] = (row, error, attempts)
+                self.dead[record.id] = (row, error[:MAX_ERROR_LENGTH], attempts)
                 if parked:
                     self.parked[record.id] = row.key
+            if fault is True:
+                raise DatabaseError("injected: bury applied, then the connection dropped")
 
     def parked_keys(self) -> int:
         with self._lock:

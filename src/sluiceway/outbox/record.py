@@ -18,6 +18,9 @@ _TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 DEFAULT_MAX_KEY_LENGTH = 100
 DEFAULT_MAX_VALUE_BYTES = 10_000
 
+#: How much of a delivery error a dead letter keeps (the rest of a long error is cut off).
+MAX_ERROR_LENGTH = 4000
+
 Header = tuple[str, str]
 
 

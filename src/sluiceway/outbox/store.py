@@ -7,7 +7,7 @@ import logging
 from collections.abc import Sequence
 
 from sluiceway.db import Database, Dialect
-from sluiceway.outbox.record import MarkedRecord
+from sluiceway.outbox.record import MAX_ERROR_LENGTH, MarkedRecord
 from sluiceway.outbox.table import OutboxLayout, decode_rows, discover, queries
 
 log = logging.getLogger("sluiceway.outbox")
@@ -59,7 +59,7 @@ class SqlOutboxStore:
     def bury(self, record: MarkedRecord, error: str, attempts: int, parked: bool = False) -> None:
         # One transaction: the dead-letter row (and with it the key's parking, which every leader's
         # mark query sees) appears exactly when the outbox row disappears.
-        params: dict[str, object] = {"id": record.id, "error": error[:4000], "attempts": attempts}
+        params: dict[str, object] = {"id": record.id, "error": error[:MAX_ERROR_LENGTH], "attempts": attempts}
         if self.layout.can_park:
             params["parked"] = parked
         elif parked:

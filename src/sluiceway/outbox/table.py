@@ -13,6 +13,7 @@ from typing import Any
 
 from sluiceway.db import Database, Dialect, QuerySet
 from sluiceway.db.identifiers import bare_name, check_identifier
+from sluiceway.errors import ConfigError
 from sluiceway.outbox.record import MarkedRecord
 
 BASE_COLUMNS = (
@@ -101,8 +102,6 @@ def discover(db: Database, table: str = "outbox") -> OutboxLayout:
     check_identifier(table)
     types = _column_types(db, table)
     if not types:
-        from sluiceway.errors import ConfigError
-
         raise ConfigError(
             f"outbox table {table!r} does not exist (create it with `sluice outbox init`)", path="outboxTable"
         )
@@ -112,6 +111,36 @@ def discover(db: Database, table: str = "outbox") -> OutboxLayout:
         binary_value=types.get("kafka_value", "") in ("bytea", "blob", "varbinary", "longblob", "mediumblob"),
         can_park="parked" in _column_types(db, OutboxLayout(table).dead_table),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxLocation:
+    """Where an outbox was found: the database a connection actually reached, and the table there."""
+
+    #: ``current_database()`` on PostgreSQL, ``DATABASE()`` on MySQL, the file on SQLite.
+    database: str
+    layout: OutboxLayout
+
+
+def locate_outbox(db: Database, table: str = "outbox") -> OutboxLocation:
+    """Connect, ask the server which database this is, and find the outbox table in it.
+
+    Raises :class:`~sluiceway.errors.DatabaseUnavailableError` when the database cannot be
+    reached, and :class:`~sluiceway.errors.ConfigError` naming the database when the table is
+    not there (a DSN can reach another database than its author meant: see ``dsn_warnings``).
+    """
+    check_identifier(table)
+    row = db.fetchone(queries(db.dialect, OutboxLayout(table))["current_database"], what="current database")
+    database = "" if row is None or row[0] is None else str(row[0])
+    try:
+        layout = discover(db, table)
+    except ConfigError as exc:
+        where = f"{db.dialect.value} database {database or '(in memory)'!r}"
+        raise ConfigError(
+            f"outbox table {table!r} does not exist in {where} (create it with `sluice outbox init`)",
+            path=exc.path,
+        ) from exc
+    return OutboxLocation(database, layout)
 
 
 @dataclass(frozen=True, slots=True)

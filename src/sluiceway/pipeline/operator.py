@@ -88,15 +88,28 @@ def _lag(spec: PipelineSpec, committed: dict[str, Any] | None) -> tuple[Any, int
         pos = int(committed["offset"]) if committed else 0
         return pos, max(0, journal_head(src.path) - pos)
     if src.type == "kafka":
-        from sluiceway.pipeline.sources.kafka import _Admin, kafka_config
+        from sluiceway.pipeline.sources.kafka import KafkaAdmin, kafka_config
 
-        admin = _Admin(kafka_config({f"kafka.{k}": v for k, v in src.config.items()}), src.topics)
+        admin = KafkaAdmin(kafka_config({f"kafka.{k}": v for k, v in src.config.items()}), src.topics)
         try:
             high = admin.watermarks(low=False)
         finally:
             admin.close()
         parts = {k: int(v) for k, v in (committed or {}).items()}
         return parts, sum(max(0, h - parts.get(k, 0)) for k, h in high.items())
+    if src.type == "postgres-cdc":
+        # Position: an LSN; lag: bytes of WAL behind the server's (CDC counts no records ahead).
+        from sluiceway.cdc.pgoutput import format_lsn
+        from sluiceway.cdc.postgres import CdcSession
+
+        session = CdcSession(src.dsn)
+        try:
+            flushed = session.flush_position()
+        finally:
+            session.close()
+        if committed is None:
+            return None, None
+        return format_lsn(int(committed["lsn"])), max(0, flushed - int(committed["lsn"]))
     from sluiceway.pipeline.sources.outbox import OutboxState
 
     state = OutboxState(src.dsn, src.table)
@@ -143,6 +156,19 @@ def status(spec: PipelineSpec) -> list[SinkStatus]:
     return out
 
 
+def source_status(spec: PipelineSpec) -> dict[str, Any] | None:
+    """What the source itself reports beyond the sinks: for CDC, each table's phase (copy with its
+    progress, or sync) and the slot (confirmed position, WAL retained). ``None`` for others."""
+    if spec.source.type != "postgres-cdc":
+        return None
+    from sluiceway.cdc import describe
+    from sluiceway.pipeline.runner import source_format
+    from sluiceway.pipeline.sources.cdc import cdc_options
+
+    _, opts = source_format(spec, spec.sinks[0].name)
+    return describe(cdc_options(opts))
+
+
 def skip(spec: PipelineSpec, sink: str, offset: int) -> None:
     """Mark the record at ``offset`` done for ``sink`` without writing it (takes effect when the
     sink next reaches it; a sink stopped on it resumes after it)."""
@@ -171,15 +197,15 @@ def inspect(spec: PipelineSpec, start: int, end: int, *, limit: int = 1000) -> p
         return pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
     if src.type == "kafka":
         from sluiceway.pipeline.sources.kafka import (
+            KafkaAdmin,
             KafkaPartition,
-            _Admin,
             kafka_config,
             read_partition,
             split_key,
         )
 
         conf = kafka_config({f"kafka.{k}": v for k, v in src.config.items()})
-        admin = _Admin(conf, src.topics)
+        admin = KafkaAdmin(conf, src.topics)
         try:
             low, high = admin.watermarks(low=True), admin.watermarks(low=False)
         finally:
@@ -191,6 +217,16 @@ def inspect(spec: PipelineSpec, start: int, end: int, *, limit: int = 1000) -> p
                 topic, p = split_key(key)
                 batches.extend(read_partition(conf, KafkaPartition(topic, p, lo, hi), 10.0))
         return pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
+    if src.type == "postgres-cdc":
+        from sluiceway.pipeline.runner import source_format
+        from sluiceway.pipeline.sources.cdc import CdcReader, cdc_options
+
+        _, opts = source_format(spec, spec.sinks[0].name)
+        reader = CdcReader(cdc_options(opts))
+        try:
+            return pa.Table.from_batches([reader.peek(start, end, limit)], schema=RECORD_SCHEMA)
+        finally:
+            reader.close()
     from sluiceway.pipeline.sources.outbox import OutboxState
 
     state = OutboxState(src.dsn, src.table)

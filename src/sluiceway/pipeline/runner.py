@@ -13,16 +13,18 @@ import logging
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from sluiceway.pipeline.compat import is_connect_session, tolerate_observed_metrics_in_commands
 from sluiceway.pipeline.dedup import dedup_by_sequence
 from sluiceway.pipeline.errors import PipelineError, SinkFailed, StepPaused
-from sluiceway.pipeline.sinks.handler import STOPPING, BatchHandler, Stopping
+from sluiceway.pipeline.sinks.handler import BatchHandler, Stopping
 from sluiceway.pipeline.spec import PipelineSpec
 from sluiceway.pipeline.state import StateStore
 from sluiceway.pipeline.transforms import apply_transforms
@@ -34,7 +36,8 @@ STOP_GRACE = 25.0
 
 
 def register_sources(spark: Any) -> None:
-    """Register ``sluice-journal``, ``sluice-kafka`` and ``sluice-outbox`` with a session.
+    """Register ``sluice-journal``, ``sluice-kafka``, ``sluice-outbox`` and ``sluice-postgres-cdc``
+    with a session.
 
     >>> register_sources(spark)                                            # doctest: +SKIP
     >>> spark.readStream.format("sluice-journal").option("path", "./data/journal").load()
@@ -47,11 +50,13 @@ def register_sources(spark: Any) -> None:
 
 
 def _source_classes() -> dict[str, type]:
+    from sluiceway.pipeline.sources.cdc import PostgresCdcDataSource
     from sluiceway.pipeline.sources.journal import JournalDataSource
     from sluiceway.pipeline.sources.kafka import KafkaDataSource
     from sluiceway.pipeline.sources.outbox import OutboxDataSource
 
-    return {cls.name(): cls for cls in (JournalDataSource, KafkaDataSource, OutboxDataSource)}
+    classes = (JournalDataSource, KafkaDataSource, OutboxDataSource, PostgresCdcDataSource)
+    return {cls.name(): cls for cls in classes}
 
 
 def register_query_source(spark: Any, fmt: str, query: str) -> str:
@@ -79,10 +84,17 @@ def register_query_source(spark: Any, fmt: str, query: str) -> str:
     return alias
 
 
+def cdc_state_dir(spec: PipelineSpec) -> str:
+    """Where the sinks of a CDC pipeline share the copy and their positions (beside their checkpoints)."""
+    return str(Path(spec.checkpoint) / "_cdc")
+
+
 def source_format(
-    spec: PipelineSpec, sink: str, *, max_records: int | None = None
+    spec: PipelineSpec, sink: str, *, max_records: int | None = None, owner: str = ""
 ) -> tuple[str, dict[str, str]]:
-    """The data source name and options that read the pipeline's source for one sink."""
+    """The data source name and options that read the pipeline's source for one sink.
+
+    ``owner`` names the pipeline run (a CDC slot serves one run at a time)."""
     src = spec.source
     opts: dict[str, str] = {}
     limit = max_records or src.max_records_per_batch
@@ -95,6 +107,23 @@ def source_format(
         opts.update(topic=",".join(src.topics), startingOffsets=src.starting_offsets)
         opts.update({f"kafka.{k}": v for k, v in src.config.items()})
         fmt = "sluice-kafka"
+    elif src.type == "postgres-cdc":
+        opts.update(
+            dsn=src.dsn,
+            slot=src.slot,
+            publication=src.publication,
+            snapshot=src.snapshot,
+            chunkSize=str(src.chunk_size),
+            numPartitions=str(src.partitions),
+            stateDir=cdc_state_dir(spec),
+            consumer=sink,
+            consumers=",".join(s.name for s in spec.sinks),
+            owner=owner or spec.name,
+        )
+        opts["tablesPattern" if isinstance(src.tables, str) else "tables"] = (
+            src.tables if isinstance(src.tables, str) else ",".join(src.tables)
+        )
+        fmt = "sluice-postgres-cdc"
     else:
         opts.update(
             dsn=src.dsn, table=src.table, numPartitions=str(src.partitions), leaseTtl=str(src.lease_ttl)
@@ -104,9 +133,11 @@ def source_format(
     return fmt, opts
 
 
-def build_stream(spark: Any, spec: PipelineSpec, sink: str, *, max_records: int | None = None) -> Any:
+def build_stream(
+    spark: Any, spec: PipelineSpec, sink: str, *, max_records: int | None = None, owner: str = ""
+) -> Any:
     """The streaming DataFrame one sink consumes: source → namespace filter → transforms → sink filter."""
-    fmt, opts = source_format(spec, sink, max_records=max_records)
+    fmt, opts = source_format(spec, sink, max_records=max_records, owner=owner)
     fmt = register_query_source(spark, fmt, f"{spec.name}/{sink}")
     df = spark.readStream.format(fmt).options(**opts).load()
     if spec.source.type == "kafka" and spec.source.dedup:
@@ -153,6 +184,10 @@ class Pipeline:
         self.queries: dict[str, Any] = {}
         self.handlers: dict[str, BatchHandler] = {}
         self._stop = threading.Event()
+        #: Set when this run stops: its sinks' batches that have not started write nothing.
+        self._stopping = threading.Event()
+        #: Names this run to sources that admit one run at a time (a CDC slot).
+        self.run_id = f"{spec.name}-{uuid.uuid4().hex[:8]}"
         self._reported: set[str] = set()
 
     @classmethod
@@ -164,8 +199,8 @@ class Pipeline:
         spec = self.spec
         sink_spec = spec.sink(sink)
         checkpoint = str(spec.checkpoint_dir(sink))
-        handler = BatchHandler(spec.name, sink_spec, checkpoint)
-        df = build_stream(self.spark, spec, sink, max_records=max_records)
+        handler = BatchHandler(spec.name, sink_spec, checkpoint, stopping=self._stopping)
+        df = build_stream(self.spark, spec, sink, max_records=max_records, owner=self.run_id)
         writer = (
             df.writeStream.foreachBatch(handler)
             .queryName(f"{spec.name}.{sink}")
@@ -182,7 +217,8 @@ class Pipeline:
         return query
 
     def start(self, *, once: bool = False, sinks: list[str] | None = None) -> dict[str, Any]:
-        STOPPING.clear()
+        self._stopping.clear()
+        self.preflight()
         for s in sinks or [s.name for s in self.spec.sinks]:
             self.start_sink(s, once=once)
         return dict(self.queries)
@@ -210,7 +246,7 @@ class Pipeline:
 
     def stop(self, timeout: float = STOP_GRACE) -> None:
         """Stop every query, letting in-flight batches finish for up to ``timeout`` seconds."""
-        STOPPING.set()
+        self._stopping.set()
         deadline = time.monotonic() + timeout
         for query in self.queries.values():
             while query.isActive and _trigger_active(query) and time.monotonic() < deadline:
@@ -262,20 +298,53 @@ class Pipeline:
                 self._commit_source(sink)
         return runs
 
+    def preflight(self) -> None:
+        """Check what a source needs before any query starts, so a problem is one clear line.
+
+        For CDC: the server's settings and our privileges, the tables, the publication and the
+        slot (created when missing), and that no other run reads the slot.
+        """
+        if self.spec.source.type != "postgres-cdc":
+            return
+        reader = self.cdc_reader(self.spec.sinks[0].name)
+        try:
+            reader.prepare()
+        finally:
+            reader.close()
+
+    def cdc_reader(self, sink: str) -> Any:
+        from sluiceway.cdc import CdcReader
+        from sluiceway.pipeline.sources.cdc import cdc_options
+
+        _, opts = source_format(self.spec, sink, owner=self.run_id)
+        return CdcReader(cdc_options(opts))
+
     def _commit_source(self, sink: str) -> None:
-        """Tell a destructive source (the outbox) that the sink's last committed batch is done.
+        """Tell the source that the sink's last committed batch is done (outbox: purge its rows;
+        CDC: let the slot move past it once every sink has).
 
         Spark commits a batch to its source only when it plans the next one, so a run that ends
-        (``--once``, a stop) would leave the last batch's rows claimed until the next run. The
-        checkpoint's commit log says the batch is done; purging it now is what Spark would do.
+        (``--once``, a stop) would leave the last batch's rows claimed (the WAL held) until the
+        next run. The checkpoint's commit log says the batch is done; committing it now is what
+        Spark would do.
         """
-        if self.spec.source.type != "outbox":
+        if self.spec.source.type not in ("outbox", "postgres-cdc"):
             return
         from sluiceway.pipeline.operator import read_checkpoint
-        from sluiceway.pipeline.sources.outbox import OutboxState
 
         cp = read_checkpoint(self.spec.checkpoint_dir(sink))
-        if cp.committed is None or "batch" not in cp.committed:
+        if cp.committed is None:
+            return
+        if self.spec.source.type == "postgres-cdc":
+            reader = self.cdc_reader(sink)
+            try:
+                reader.commit(int(cp.committed["lsn"]))
+            finally:
+                reader.close()
+            return
+        from sluiceway.pipeline.sources.outbox import OutboxState
+
+        if "batch" not in cp.committed:
             return
         state = OutboxState(self.spec.source.dsn, self.spec.source.table)
         try:

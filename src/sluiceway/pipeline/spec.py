@@ -91,7 +91,56 @@ class OutboxSourceSpec(_Source):
     lease_ttl: Duration = 10.0
 
 
-SourceSpec = Annotated[JournalSourceSpec | KafkaSourceSpec | OutboxSourceSpec, Field(discriminator="type")]
+_SLOT = re.compile(r"^[a-z0-9_]{1,63}$")
+_PUBLICATION = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+class PostgresCdcSourceSpec(_Source):
+    """Change data capture from PostgreSQL: copy each table, then follow its changes (docs/cdc.md)."""
+
+    type: Literal["postgres-cdc"]
+    dsn: str
+    #: Tables as ``schema.table`` (a list), or one regular expression over ``schema.table``.
+    tables: list[str] | str
+    #: The logical replication slot (created if missing, for pgoutput).
+    slot: str
+    #: The publication (created if missing, for the tables).
+    publication: str
+    #: ``initial``: copy every table first; ``never``: changes from the slot's position on only.
+    snapshot: Literal["initial", "never"] = "initial"
+    #: Rows per copied chunk (each chunk is one short transaction).
+    chunk_size: int = Field(10_000, ge=1, le=1_000_000)
+    #: Tasks per micro-batch (records split by key, so each key's records stay in order in one).
+    partitions: int = Field(1, ge=1, le=256)
+
+    @field_validator("tables")
+    @classmethod
+    def _tables(cls, value: list[str] | str) -> list[str] | str:
+        if isinstance(value, str):
+            return _regex(value)
+        if not value:
+            raise ValueError("list at least one table (or give a regular expression)")
+        return value
+
+    @field_validator("slot")
+    @classmethod
+    def _slot(cls, value: str) -> str:
+        if not _SLOT.match(value):
+            raise ValueError("use lower-case letters, digits and '_' (at most 63), as PostgreSQL requires")
+        return value
+
+    @field_validator("publication")
+    @classmethod
+    def _publication(cls, value: str) -> str:
+        if not _PUBLICATION.match(value):
+            raise ValueError("use lower-case letters, digits and '_' (at most 63), starting with a letter")
+        return value
+
+
+SourceSpec = Annotated[
+    JournalSourceSpec | KafkaSourceSpec | OutboxSourceSpec | PostgresCdcSourceSpec,
+    Field(discriminator="type"),
+]
 
 
 # --- transforms -----------------------------------------------------------------------------------
@@ -174,8 +223,9 @@ class PostgresSinkSpec(_Sink):
     type: Literal["postgres"]
     dsn: str
     table: SqlIdentifier
-    #: The column the upsert is keyed on.
-    key: SqlIdentifier = "key"
+    #: The column(s) the upsert is keyed on: ``key``, or e.g. ``[namespace, key]`` when records
+    #: of several tables or topics share one target table.
+    key: SqlIdentifier | list[SqlIdentifier] = "key"
     #: Create the table when it is missing (columns from the record shape).
     create: bool = True
 
@@ -309,7 +359,18 @@ class PipelineSpec(_Model):
         return SpecBuilder(name)
 
 
-_TAGS = {"journal", "kafka", "outbox", "postgres", "parquet", "json", "csv", "console", "feed"}
+_TAGS = {
+    "journal",
+    "kafka",
+    "outbox",
+    "postgres-cdc",
+    "postgres",
+    "parquet",
+    "json",
+    "csv",
+    "console",
+    "feed",
+}
 
 
 def describe(exc: ValidationError, prefix: str = "") -> tuple[str, str]:

@@ -3,6 +3,7 @@ of a stale leader by the journal's epoch register."""
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from pathlib import Path
 
@@ -16,8 +17,8 @@ from sluiceway.journal import Journal
 from sluiceway.outbox import init_outbox
 from sluiceway.outbox.record import MarkedRecord
 from sluiceway.testing import wait_until
-from tests.chaos.harness import outbox_count
-from tests.integration.harvest.helpers import Recorder
+from tests.support.harvest import Recorder
+from tests.support.outbox import outbox_count
 
 
 def sqlite_outbox(tmp_path: Path, records: list[OutboxRecord]) -> str:
@@ -81,6 +82,17 @@ def test_embedded_harvest_into_journal(tmp_path: Path) -> None:
     leader = recorder.of(LeaderAcquired)[0].leader_id
     # A new configuration: the row's headers, then the sequence headers (row id, leader id).
     assert first.headers == [("i", "0"), ("sluice-id", "1"), ("sluice-leader", leader)]
+
+
+def test_the_database_reached_is_logged_at_start_up(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="sluiceway.harvest")
+    db_file = tmp_path / "app.db"
+    with Database(f"sqlite:///{db_file}") as db:
+        init_outbox(db)
+    cfg = {"harvest": {"dataSource": f"sqlite:///{db_file}", "journal": {"path": str(tmp_path / "journal")}}}
+    line = f"outbox outbox found in sqlite database '{db_file}'"
+    with Harvest(cfg):
+        wait_until(lambda: line in caplog.messages, timeout=30, message="the start-up line")
 
 
 def test_stale_leader_appends_are_rejected_by_the_epoch_register(tmp_path: Path) -> None:

@@ -5,33 +5,17 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from sluiceway import OutboxRecord, Stasher
 from sluiceway.db import Database
 from sluiceway.harvest import Harvest, RecordDeadLettered
 from sluiceway.outbox import init_outbox
 from sluiceway.testing import Broker, wait_until
-from tests.chaos.harness import outbox_count
-from tests.contract.test_stasher import user_connection
-from tests.integration.harvest.helpers import Recorder, kafka_config, started
+from tests.support.harvest import Recorder, kafka_config, started
+from tests.support.order import consume
+from tests.support.outbox import outbox_count, user_connection
 
 pytestmark = pytest.mark.kafka
-
-
-def consume(bootstrap: str, topic: str, n: int, partitions: int = 3) -> list[object]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    got: list[object] = []
-    try:
-        wait_until(
-            lambda: got.extend(m for m in consumer.consume(100, 0.2) if not m.error()) or len(got) >= n,
-            timeout=20,
-            message=f"{n} messages on {topic}",
-        )
-    finally:
-        consumer.close()
-    return got
 
 
 @pytest.fixture

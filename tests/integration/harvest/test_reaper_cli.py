@@ -1,27 +1,47 @@
-"""`reaper -f reaper.yaml` with goharvest's own file (only addresses changed), metrics, SIGTERM."""
+"""`reaper -f reaper.yaml` with goharvest's own file (only addresses changed), metrics, SIGTERM; the
+start-up check of the outbox database, goharvest's DSN trap, and an unreachable broker."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import psycopg
 import pytest
+import yaml
+from psycopg.conninfo import conninfo_to_dict
 
 from sluiceway import OutboxRecord, Stasher
 from sluiceway.db import Database
 from sluiceway.outbox import init_outbox
 from sluiceway.testing import Broker, free_port, wait_until
-from tests.chaos.harness import outbox_count
-from tests.integration.harvest.test_publish import consume
-from tests.unit.test_config import GOHARVEST_YAML
+from tests.support.harvest import GOHARVEST_YAML
+from tests.support.order import consume
+from tests.support.outbox import outbox_count
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
+
+
+@contextlib.contextmanager
+def reaper_process(args: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A reaper process with its stdout and stderr in ``log``; killed if a test leaves it running."""
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen(args, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_goharvest_reaper_yaml_runs_and_stops_cleanly_on_sigterm(
@@ -46,13 +66,9 @@ def test_goharvest_reaper_yaml_runs_and_stops_cleanly_on_sigterm(
     metrics_port = free_port()
     reaper = shutil.which("reaper", path=os.path.dirname(sys.executable)) or "reaper"
     log = tmp_path / "reaper.log"
-    with open(log, "wb") as sink:
-        proc = subprocess.Popen(
-            [reaper, "-f", str(config), "--metrics-addr", f"127.0.0.1:{metrics_port}"],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
-    try:
+    with reaper_process(
+        [reaper, "-f", str(config), "--metrics-addr", f"127.0.0.1:{metrics_port}"], log
+    ) as proc:
         wait_until(
             lambda: outbox_count(postgres_dsn) == 0, timeout=60, message="the reaper to drain the outbox"
         )
@@ -67,10 +83,6 @@ def test_goharvest_reaper_yaml_runs_and_stops_cleanly_on_sigterm(
         wait_until(scraped, timeout=10, message="metrics to show leadership")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     output = log.read_text()
     assert "received SIGTERM" in output and "harvester stopped" in output
     assert "LeaderRevoked" in output
@@ -91,3 +103,108 @@ def test_bad_config_is_one_clear_line(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "harvest.limits.sendBufer: unknown key" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# --- start-up: the outbox database is checked first; Kafka trouble is reported, not sprayed ---------
+def reap(config: Path, *, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sluiceway.cli.main", "reap", "-f", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def reaper_yaml(path: Path, data_source: str, *, table: str = "outbox", level: str = "Info") -> Path:
+    harvest = {
+        "baseKafkaConfig": {"bootstrap.servers": f"127.0.0.1:{free_port()}"},  # nothing listens there
+        "dataSource": data_source,
+        "outboxTable": table,
+        "election": {"kind": "database"},
+    }
+    path.write_text(yaml.safe_dump({"harvest": harvest, "logging": {"level": level}}))
+    return path
+
+
+def stderr_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.strip()]
+
+
+def test_an_unreachable_outbox_database_stops_start_up_with_one_line(tmp_path: Path) -> None:
+    dsn = f"host=127.0.0.1 port={free_port()} user=postgres dbname=app connect_timeout=2"
+    result = reap(reaper_yaml(tmp_path / "reaper.yaml", dsn))
+    assert result.returncode == 1
+    (line,) = stderr_lines(result)
+    assert line.startswith("error: cannot start: cannot connect to host=127.0.0.1"), line
+    assert "Connection refused" in line
+
+
+def test_a_missing_outbox_table_stops_start_up_with_one_line_naming_the_database(tmp_path: Path) -> None:
+    db_file = tmp_path / "app.db"
+    result = reap(reaper_yaml(tmp_path / "reaper.yaml", f"sqlite:///{db_file}"))
+    assert result.returncode == 1
+    assert stderr_lines(result) == [
+        f"error: cannot start: outboxTable: outbox table 'outbox' does not exist in sqlite database "
+        f"'{db_file}' (create it with `sluice outbox init`)"
+    ]
+
+
+def goharvest_style(postgres_dsn: str, password: str) -> str:
+    """``postgres_dsn`` written as goharvest's sample writes one, with ``password`` as given."""
+    params = conninfo_to_dict(postgres_dsn)
+    if params.get("password"):
+        pytest.skip("the test server needs a password: the empty-password sample cannot connect")
+    host, port, user, dbname = params["host"], params["port"], params["user"], params["dbname"]
+    return f"host={host} port={port} user={user} {password} dbname={dbname}"
+
+
+@pytest.fixture
+def table(postgres_dsn: str) -> str:
+    """An outbox of this test's own in the module's PostgreSQL database."""
+    name = f"outbox_{uuid.uuid4().hex[:8]}"
+    with Database(postgres_dsn) as db:
+        init_outbox(db, name)
+    return name
+
+
+def test_goharvests_dsn_trap_is_named_and_so_is_the_database_it_reached(
+    postgres_dsn: str, table: str, tmp_path: Path
+) -> None:
+    # goharvest's "password= dbname=…": libpq reads "dbname=…" as the password and connects to the
+    # database named after the user, where this test's outbox table is not.
+    result = reap(
+        reaper_yaml(tmp_path / "reaper.yaml", goharvest_style(postgres_dsn, "password="), table=table)
+    )
+    assert result.returncode == 1
+    warning, error = stderr_lines(result)
+    assert "WARNING sluiceway.harvest: dataSource: password= is empty but followed by a space" in warning
+    assert "write password='' or leave password out" in warning
+    user = conninfo_to_dict(postgres_dsn)["user"]
+    assert error == (
+        f"error: cannot start: outboxTable: outbox table '{table}' does not exist in postgres database "
+        f"'{user}' (create it with `sluice outbox init`)"
+    )
+
+
+def test_an_unreachable_broker_is_a_warning_every_ten_seconds_not_a_flood(
+    postgres_dsn: str, table: str, tmp_path: Path
+) -> None:
+    config = reaper_yaml(tmp_path / "reaper.yaml", goharvest_style(postgres_dsn, "password=''"), table=table)
+    log = tmp_path / "reaper.log"
+    started = time.monotonic()
+    with reaper_process([sys.executable, "-m", "sluiceway.cli.main", "reap", "-f", str(config)], log) as proc:
+        # Leading, with a publisher whose broker connections are refused every ~50 ms.
+        wait_until(lambda: "LeaderAcquired" in log.read_text(), timeout=60, message="leadership")
+        time.sleep(3)  # watch a few seconds of refused connections (nothing to wait for here)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    ran_for = time.monotonic() - started
+    lines = log.read_text().splitlines()
+    dbname = conninfo_to_dict(postgres_dsn)["dbname"]
+    assert any(f"outbox {table} found in postgres database '{dbname}'" in line for line in lines)
+    refused = [line for line in lines if "Connection refused" in line]
+    assert not [line for line in lines if line.startswith("%")], "librdkafka wrote to stderr itself"
+    # One line when the trouble starts, one per 10 s after that, one with the count at shutdown
+    # (unthrottled, librdkafka writes ~20 lines a second per client).
+    assert 1 <= len(refused) <= 2 + int(ran_for // 10), "\n".join(refused)
+    assert "held back since the last one" in lines[-2]

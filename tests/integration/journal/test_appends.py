@@ -23,7 +23,7 @@ from sluiceway.journal import (
 )
 from sluiceway.journal import segment as segment_mod
 from sluiceway.testing import wait_until
-from tests.integration.journal.helpers import append, keys, spawn
+from tests.support.journal import append, keys, spawn
 
 
 @pytest.fixture

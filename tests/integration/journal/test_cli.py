@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from sluiceway.cli.journal import app
 from sluiceway.journal import Journal
-from tests.integration.journal.helpers import append
+from tests.support.journal import append
 
 runner = CliRunner()
 

@@ -11,7 +11,7 @@ import pytest
 from sluiceway.journal import Journal, Record
 from sluiceway.journal.notify import InotifyWatcher, PollingWatcher, make_watcher
 from sluiceway.testing import wait_until
-from tests.integration.journal.helpers import append, spawn
+from tests.support.journal import append, spawn
 
 
 @pytest.fixture

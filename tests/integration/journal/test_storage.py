@@ -22,7 +22,7 @@ from sluiceway.journal import format as fmt
 from sluiceway.journal.consumers import FILE_NAME as CONSUMERS_FILE
 from sluiceway.journal.consumers import OffsetLog
 from sluiceway.journal.segment import pwrite_all
-from tests.integration.journal.helpers import append, fill, keys, spawn
+from tests.support.journal import append, fill, keys, spawn
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import pytest
 
 from sluiceway.journal import Journal
 from sluiceway.testing import Broker
-from tests.chaos.harness import check_per_key_order, read_topic
+from tests.support.order import check_per_key_order, read_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(400)]
 

@@ -10,7 +10,7 @@ from confluent_kafka import Producer
 
 from sluiceway.pipeline import Pipeline, PipelineSpec
 from sluiceway.testing import Broker
-from tests.integration.pipeline.conftest import read_journal
+from tests.support.journal import read_journal
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
 

@@ -18,7 +18,7 @@ from sluiceway.db import Database
 from sluiceway.errors import LeadershipError
 from sluiceway.outbox import init_outbox
 from sluiceway.pipeline.sources.outbox import OutboxStreamReader
-from tests.contract.test_stasher import user_connection
+from tests.support.outbox import user_connection
 
 
 def stash(dsn: str, records: list[tuple[str, int]]) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from sluiceway.pipeline import Pipeline, PipelineSpec, SinkFailed, status
 from sluiceway.testing import Broker
-from tests.integration.pipeline.conftest import make_journal, read_journal
+from tests.support.journal import make_journal, read_journal
 
 pytestmark = pytest.mark.spark
 

@@ -13,8 +13,9 @@ import pytest
 
 from sluiceway.db import Database
 from sluiceway.testing import Broker, wait_until
-from tests.chaos.harness import Writers, check_per_key_order, prepare_outbox
-from tests.integration.pipeline.conftest import make_journal, read_journal
+from tests.support.journal import make_journal, read_journal
+from tests.support.order import check_per_key_order, read_topic
+from tests.support.outbox import Writers, prepare_outbox
 
 pytestmark = pytest.mark.spark
 
@@ -171,8 +172,6 @@ def test_kafka_source_reads_every_partition_and_the_writer_waits_for_acks(
     )
     q.awaitTermination(120)
     assert q.exception() is None
-    from tests.chaos.harness import read_topic
-
     got = read_topic(kafka.bootstrap, out, 600, timeout=30)
     assert len(got) == 600
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sluiceway.testing import free_port, wait_until
-from tests.integration.pipeline.conftest import make_journal
+from tests.support.journal import make_journal
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from sluiceway.testing import free_port, wait_until
-from tests.integration.pipeline.conftest import make_journal, read_journal
+from tests.support.journal import make_journal, read_journal
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(300)]
 

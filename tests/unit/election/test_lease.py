@@ -12,7 +12,7 @@ import pytest
 from sluiceway.election import LeaseCampaign
 from sluiceway.election.memory import MemoryLeaseStore
 from sluiceway.testing import ManualClock
-from tests.unit.election.recorder import Events
+from tests.support.election import Events
 
 TTL = 4.0  # renew every 1s, trust a renewal for 3.2s, the store keeps it for 4s
 

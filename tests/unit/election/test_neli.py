@@ -10,9 +10,9 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from sluiceway.election import NeliCampaign
-from sluiceway.election.neli import _already_exists
+from sluiceway.election.neli import topic_already_exists
 from sluiceway.testing import ManualClock
-from tests.unit.election.recorder import Events
+from tests.support.election import Events
 
 TOPIC = "orders-leader"
 TIMEOUT = 5.0
@@ -134,6 +134,10 @@ def test_leaving_the_group_ends_leadership_at_once(neli: NeliCampaign, clock: Ma
 
 
 def test_topic_exists_is_recognised_by_its_error_code() -> None:
-    assert _already_exists(KafkaException(KafkaError(KafkaError.TOPIC_ALREADY_EXISTS, "whatever it says")))
-    assert not _already_exists(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "exists")))
-    assert not _already_exists(RuntimeError("Topic with this name already exists."))
+    assert topic_already_exists(
+        KafkaException(KafkaError(KafkaError.TOPIC_ALREADY_EXISTS, "whatever it says"))
+    )
+    assert not topic_already_exists(
+        KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "exists"))
+    )
+    assert not topic_already_exists(RuntimeError("Topic with this name already exists."))

@@ -21,7 +21,7 @@ from sluiceway.harvest.sequence import SLUICE_ID, SLUICE_LEADER, Deduplicator
 from sluiceway.outbox.memory import MemoryOutboxStore
 from sluiceway.outbox.record import MarkedRecord
 from sluiceway.testing import wait_until
-from tests.unit.harvest.test_engine import LIMITS, load, run
+from tests.support.engine import LIMITS, load, run
 
 #: How a send fails: not written (the broker never got it) or written but reported failed.
 DROPPED, ACK_LOST = "dropped", "ack lost"

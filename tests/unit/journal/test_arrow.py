@@ -11,9 +11,9 @@ from sluiceway.journal import format as fmt
 from sluiceway.journal import parse
 from sluiceway.journal.arrow import decode_arrow
 from sluiceway.journal.compaction import compact_segment_bytes
-from sluiceway.journal.parse import ParsedBatch, RecordProblem
+from sluiceway.journal.parse import RecordProblem
 from sluiceway.journal.record import ARROW_SCHEMA, Record
-from tests.unit.journal.test_format import build_batch, parse_ok
+from tests.support.journal_format import build_batch, parse_all, parse_ok
 
 text = st.text(max_size=30)
 record_st = st.tuples(
@@ -23,15 +23,6 @@ record_st = st.tuples(
     st.lists(st.tuples(text, text), max_size=3),
     st.integers(min_value=0, max_value=2**50),
 )
-
-
-def parse_all(buf: bytes) -> list[ParsedBatch]:
-    out, pos = [], 0
-    while pos < len(buf):
-        b = parse_ok(buf, pos)
-        out.append(b)
-        pos = b.next_pos
-    return out
 
 
 def as_rows(records: list[Record]) -> list[dict[str, object]]:

@@ -14,6 +14,7 @@ from sluiceway.journal.errors import InvalidJournalRecord
 from sluiceway.journal.format import FLAG_COMPACTED, HeadState
 from sluiceway.journal.parse import Incomplete, Invalid, ParsedBatch, RecordProblem
 from sluiceway.journal.record import Record
+from tests.support.journal_format import build_batch, parse_ok
 
 text = st.text(max_size=20)
 records_st = st.lists(
@@ -26,28 +27,6 @@ records_st = st.lists(
     ),
     max_size=12,
 )
-
-
-def build_batch(
-    records: list[tuple[str, str, bytes | None, list[tuple[str, str]], int]],
-    first: int,
-    registers: dict[str, str] | None = None,
-) -> bytes:
-    frames = bytearray()
-    lens = []
-    for ns, key, value, headers, ts in records:
-        lens.append(
-            encode.append_record(frames, ns.encode(), key.encode(), value, fmt.encode_pairs(headers), ts)
-        )
-    arr = np.asarray(lens, dtype=np.uint32)
-    encode.stamp_offsets(frames, arr, first)
-    return b"".join(encode.encode_batch(bytes(frames), arr, first, 1234, registers))
-
-
-def parse_ok(buf: bytes, pos: int = 0) -> ParsedBatch:
-    parsed = parse.parse_batch(buf, pos)
-    assert isinstance(parsed, ParsedBatch), parsed
-    return parsed
 
 
 # --- pairs ----------------------------------------------------------------------------------

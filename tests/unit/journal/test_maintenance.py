@@ -12,8 +12,7 @@ from sluiceway.journal.compaction import (
 from sluiceway.journal.errors import ExpectationFailed
 from sluiceway.journal.retention import SegmentStat, select_expired
 from sluiceway.journal.writer import check_expectations
-from tests.unit.journal.test_arrow import parse_all
-from tests.unit.journal.test_format import build_batch
+from tests.support.journal_format import build_batch, parse_all
 
 E = [(0, b"", b"a"), (1, b"", b"b"), (2, b"", b"a"), (3, b"x", b"a"), (4, b"", b"b"), (5, b"", b"a")]
 

@@ -6,7 +6,7 @@ import pytest
 
 from sluiceway.journal import format as fmt
 from sluiceway.journal.recovery import DamagedSegment, plan_recovery, scan_committed
-from tests.unit.journal.test_format import build_batch
+from tests.support.journal_format import build_batch
 
 
 def segment(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 from sluiceway.pipeline import PipelineSpec, Record, SinkFailed, StepPaused
 from sluiceway.pipeline.operator import skip
 from sluiceway.pipeline.record import records_to_arrow
-from sluiceway.pipeline.sinks.handler import STOPPING, BatchHandler, Stopping
+from sluiceway.pipeline.sinks.handler import BatchHandler, Stopping
 from sluiceway.pipeline.state import StateStore
 
 
@@ -127,10 +128,18 @@ def test_tokens_are_deterministic_per_batch_and_slice(tmp_path: Path) -> None:
 
 def test_stopping_refuses_new_batches(tmp_path: Path) -> None:
     handler, writer, _, _ = make(tmp_path)
-    STOPPING.set()
-    try:
-        with pytest.raises(Stopping):
-            handler(object(), 0)
-    finally:
-        STOPPING.clear()
+    handler.stopping = threading.Event()
+    handler.stopping.set()
+    with pytest.raises(Stopping):
+        handler(object(), 0)
     assert writer.rows == []
+
+
+def test_one_runs_stop_does_not_stop_another(tmp_path: Path) -> None:
+    stopped, running = make(tmp_path / "a"), make(tmp_path / "b")
+    stopped[0].stopping, running[0].stopping = threading.Event(), threading.Event()
+    stopped[0].stopping.set()
+    with pytest.raises(Stopping):
+        stopped[0](object(), 0)
+    assert running[0].stopping is not None and not running[0].stopping.is_set()
+    assert "stopping" not in {k for k, v in running[0].__getstate__().items() if v is not None}

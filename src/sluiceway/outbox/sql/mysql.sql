@@ -130,3 +130,6 @@ INSERT INTO {outbox} ({raw_data_columns}) SELECT {raw_data_columns} FROM {dead} 
 
 -- name: dead_delete
 DELETE FROM {dead} WHERE id = %(id)s
+
+-- name: current_database
+SELECT DATABASE()

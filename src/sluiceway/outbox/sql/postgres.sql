@@ -141,3 +141,7 @@ INSERT INTO {outbox} ({raw_data_columns}) SELECT {raw_data_columns} FROM {dead} 
 
 -- name: dead_delete
 DELETE FROM {dead} WHERE id = %(id)s
+
+-- name: current_database
+-- Logged at start-up: the database the DSN actually reached (see db/dsn.py's dsn_warnings).
+SELECT current_database()

@@ -136,3 +136,7 @@ INSERT INTO {outbox} ({raw_data_columns}) SELECT {raw_data_columns} FROM {dead} 
 
 -- name: dead_delete
 DELETE FROM {dead} WHERE id = :id
+
+-- name: current_database
+-- The file behind the connection ('' for an in-memory database).
+SELECT file FROM pragma_database_list WHERE name = 'main'

@@ -26,9 +26,6 @@ from sluiceway.pipeline.state import StateStore
 
 log = logging.getLogger("sluiceway.pipeline.sink")
 
-#: Set on SIGTERM: batches that have not started yet write nothing (the run is stopping).
-STOPPING = threading.Event()
-
 
 class Stopping(PipelineError):
     MARKER = "sluice-stopping"
@@ -65,18 +62,24 @@ def dead_letter_rows(table: pa.Table, *, sink: str, error: str) -> pa.Table:
 class BatchHandler:
     """``foreachBatch`` callable for one sink of one pipeline."""
 
-    def __init__(self, pipeline: str, sink: Any, checkpoint_dir: str) -> None:
+    def __init__(
+        self, pipeline: str, sink: Any, checkpoint_dir: str, *, stopping: threading.Event | None = None
+    ) -> None:
         self.pipeline = pipeline
         self.sink = sink
         self.name = sink.name
         self.checkpoint_dir = checkpoint_dir
         self.policy = policy_of(sink)
+        #: Set when the run is stopping (SIGTERM): batches that have not started write nothing.
+        #: The run's own event — two pipelines in one process stop independently.
+        self.stopping = stopping
         self._writer: SinkWriter | None = None
         self._dead: SinkWriter | None = None
 
     def __getstate__(self) -> dict[str, Any]:
+        # Pickled under Spark Connect to run on the server, where the run's event cannot follow.
         state = dict(self.__dict__)
-        state["_writer"] = state["_dead"] = None
+        state["_writer"] = state["_dead"] = state["stopping"] = None
         return state
 
     @property
@@ -94,7 +97,7 @@ class BatchHandler:
         return self._dead
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        if STOPPING.is_set():
+        if self.stopping is not None and self.stopping.is_set():
             raise Stopping(self.name)
         self.handle(df.toArrow(), batch_id)
 

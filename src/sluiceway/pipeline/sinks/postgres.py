@@ -4,7 +4,8 @@ Each write is one transaction: the batch's records reduced to the last one per k
 so the newest wins), ``INSERT … ON CONFLICT (key) DO UPDATE`` for those, ``DELETE`` for keys
 whose last record is a delete (``op = 'delete'``), and the write's token stored in
 ``sluice_sink_progress`` — a replay of a write already committed is skipped, so the sink is
-exactly-once per batch.
+exactly-once per batch. The key may be several columns (``[namespace, key]``). A ``truncate``
+record (change data capture) deletes every row of its namespace, in its place in the batch.
 """
 
 from __future__ import annotations
@@ -43,21 +44,21 @@ def pg_type(t: pa.DataType) -> str:
     return "TEXT"
 
 
-def last_per_key(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+def last_per_key(rows: list[dict[str, Any]], keys: list[str]) -> list[dict[str, Any]]:
     """The last row of each key, in the order each key was last seen."""
     latest: dict[Any, dict[str, Any]] = {}
     for row in rows:
-        k = row.get(key)
+        k = tuple(row.get(c) for c in keys)
         latest.pop(k, None)  # re-insert so dict order follows the last occurrence
         latest[k] = row
     return list(latest.values())
 
 
 class PostgresSink:
-    def __init__(self, dsn: str, table: str, key: str, sink: str, *, create: bool = True) -> None:
+    def __init__(self, dsn: str, table: str, key: str | list[str], sink: str, *, create: bool = True) -> None:
         self.dsn = dsn
         self.table = check_identifier(table)
-        self.key = check_identifier(key, what="column")
+        self.keys = [check_identifier(k, what="column") for k in ([key] if isinstance(key, str) else key)]
         self.sink = sink
         self.create = create
         self._conn: Any = None
@@ -74,12 +75,11 @@ class PostgresSink:
                 f"CREATE TABLE IF NOT EXISTS {PROGRESS_TABLE} (sink TEXT PRIMARY KEY, token TEXT NOT NULL)"
             )
             if self.create:
-                cols = ", ".join(
-                    f"{q(f.name)} {pg_type(f.type)}" + (" PRIMARY KEY" if f.name == self.key else "")
-                    for f in schema
-                )
+                cols = ", ".join(f"{q(f.name)} {pg_type(f.type)}" for f in schema)
+                primary = ", ".join(q(k) for k in self.keys)
                 self._conn.execute(
-                    f"CREATE TABLE IF NOT EXISTS {quote_identifier(self.table, Dialect.POSTGRES)} ({cols})"
+                    f"CREATE TABLE IF NOT EXISTS {quote_identifier(self.table, Dialect.POSTGRES)} "
+                    f"({cols}, PRIMARY KEY ({primary}))"
                 )
             schema_name, _, name = self.table.rpartition(".")
             rows = self._conn.execute(
@@ -88,43 +88,29 @@ class PostgresSink:
                 (name, schema_name or None),
             ).fetchall()
             existing = {r[0] for r in rows}
-            if self.key not in existing:
-                raise ValueError(f"table {self.table!r} has no column {self.key!r} to upsert on")
+            missing = [k for k in self.keys if k not in existing]
+            if missing:
+                raise ValueError(f"table {self.table!r} has no column {missing[0]!r} to upsert on")
             self._columns = [f.name for f in schema if f.name in existing]
         return self._conn
 
     def write(self, table: pa.Table, token: str) -> None:
-        from psycopg.types.json import Jsonb
-
         try:
             conn = self._connect(table.schema)
             assert self._columns is not None
             cols = self._columns
-            target = quote_identifier(self.table, Dialect.POSTGRES)
-            rows = last_per_key(
-                table.select(cols + (["op"] if "op" not in cols else [])).to_pylist(), self.key
-            )
-            upserts = [r for r in rows if r.get("op") != "delete"]
-            deletes = [r[self.key] for r in rows if r.get("op") == "delete"]
-            updates = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in cols if c != self.key)
-            names, marks = ", ".join(q(c) for c in cols), ", ".join(["%s"] * len(cols))
-            insert = f"INSERT INTO {target} ({names}) VALUES ({marks}) ON CONFLICT ({q(self.key)}) DO " + (
-                f"UPDATE SET {updates}" if updates else "NOTHING"
-            )
+            wanted = cols + [c for c in ("op", "namespace") if c not in cols and c in table.column_names]
+            rows = table.select(wanted).to_pylist()
             nested = {f.name for f in table.schema if pa.types.is_nested(f.type)}
-            params = [
-                tuple(Jsonb(r[c]) if c in nested and r[c] is not None else r[c] for c in cols)
-                for r in upserts
-            ]
             with conn.transaction(), conn.cursor() as cur:
                 cur.execute(f"SELECT token FROM {PROGRESS_TABLE} WHERE sink = %s FOR UPDATE", (self.sink,))
                 done = cur.fetchone()
                 if done is not None and done[0] == token:
                     return  # this exact write already committed: a replay
-                if params:
-                    cur.executemany(insert, params)
-                if deletes:
-                    cur.execute(f"DELETE FROM {target} WHERE {q(self.key)} = ANY(%s)", (deletes,))
+                for segment, truncate in _segments(rows):
+                    self._apply(cur, segment, cols, nested)
+                    if truncate is not None:
+                        self._truncate(cur, truncate, cols)
                 cur.execute(
                     f"INSERT INTO {PROGRESS_TABLE} (sink, token) VALUES (%s, %s) "
                     "ON CONFLICT (sink) DO UPDATE SET token = EXCLUDED.token",
@@ -134,9 +120,58 @@ class PostgresSink:
             self.close()
             raise
 
+    def _apply(self, cur: Any, rows: list[dict[str, Any]], cols: list[str], nested: set[str]) -> None:
+        from psycopg.types.json import Jsonb
+
+        target = quote_identifier(self.table, Dialect.POSTGRES)
+        latest = last_per_key(rows, self.keys)
+        upserts = [r for r in latest if r.get("op") != "delete"]
+        deletes = [tuple(r[k] for k in self.keys) for r in latest if r.get("op") == "delete"]
+        if upserts:
+            updates = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in cols if c not in self.keys)
+            names, marks = ", ".join(q(c) for c in cols), ", ".join(["%s"] * len(cols))
+            conflict = ", ".join(q(k) for k in self.keys)
+            insert = f"INSERT INTO {target} ({names}) VALUES ({marks}) ON CONFLICT ({conflict}) DO " + (
+                f"UPDATE SET {updates}" if updates else "NOTHING"
+            )
+            cur.executemany(
+                insert,
+                [
+                    tuple(Jsonb(r[c]) if c in nested and r[c] is not None else r[c] for c in cols)
+                    for r in upserts
+                ],
+            )
+        if deletes:
+            where = " AND ".join(f"{q(k)} = %s" for k in self.keys)
+            cur.executemany(f"DELETE FROM {target} WHERE {where}", deletes)
+
+    def _truncate(self, cur: Any, namespace: str | None, cols: list[str]) -> None:
+        if "namespace" not in cols:
+            raise ValueError(
+                f"a truncate of {namespace!r} reached table {self.table!r}, which has no namespace column "
+                "to tell that table's rows apart"
+            )
+        cur.execute(
+            f"DELETE FROM {quote_identifier(self.table, Dialect.POSTGRES)} WHERE namespace = %s", (namespace,)
+        )
+
     def close(self) -> None:
         if self._conn is not None:
             try:
                 self._conn.close()
             finally:
                 self._conn = None
+
+
+def _segments(rows: list[dict[str, Any]]) -> list[tuple[list[dict[str, Any]], str | None]]:
+    """The rows split at ``truncate`` records: (rows before it, its namespace), in order."""
+    out: list[tuple[list[dict[str, Any]], str | None]] = []
+    current: list[dict[str, Any]] = []
+    for row in rows:
+        if row.get("op") == "truncate":
+            out.append((current, row.get("namespace")))
+            current = []
+        else:
+            current.append(row)
+    out.append((current, None))
+    return out

@@ -81,7 +81,7 @@ class KafkaPartition(InputPartition):
     hi: int
 
 
-class _Admin:
+class KafkaAdmin:
     """Driver-side metadata and watermarks, through one long-lived consumer."""
 
     def __init__(self, conf: dict[str, str], topics: list[str], timeout: float = 10.0) -> None:
@@ -178,12 +178,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.starting not in ("earliest", "latest"):
             raise ValueError(f"{NAME}: startingOffsets must be earliest or latest, got {self.starting!r}")
         self.target: dict[str, int] | None = None
-        self._admin: _Admin | None = None
+        self._admin: KafkaAdmin | None = None
 
     @property
-    def admin(self) -> _Admin:
+    def admin(self) -> KafkaAdmin:
         if self._admin is None:
-            self._admin = _Admin(self.conf, self.topics)
+            self._admin = KafkaAdmin(self.conf, self.topics)
         return self._admin
 
     def initialOffset(self) -> dict[str, int]:

@@ -1,4 +1,4 @@
-"""Shared helpers for the journal's integration tests."""
+"""Journals in tests: appends in one line, journals filled with records, other processes on them."""
 
 from __future__ import annotations
 
@@ -6,17 +6,17 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterable
 from pathlib import Path
 
 from sluiceway.journal import Journal, Record
-
-REPO = Path(__file__).resolve().parents[3]
+from tests.support import ROOT
 
 
 def spawn(code: str, *args: str, **kwargs: object) -> subprocess.Popen[str]:
     """Run ``code`` in a fresh interpreter (the same venv) with ``args`` as ``sys.argv[1:]``."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(REPO), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")])
     return subprocess.Popen(  # type: ignore[call-overload,no-any-return]
         [sys.executable, "-c", textwrap.dedent(code), *args],
         stdin=subprocess.PIPE,
@@ -44,3 +44,26 @@ def fill(j: Journal, n: int, *, per_append: int = 1, size: int = 50, prefix: str
 
 def keys(records: list[Record]) -> list[str]:
     return [r.key for r in records]
+
+
+def make_journal(
+    path: Path | str, records: Iterable[tuple[str, str, bytes | None]], *, per_append: int = 100
+) -> int:
+    """Append ``(namespace, key, value)`` records; returns the head offset."""
+    with Journal.open(path, fsync=False) as j:
+        tx = j.append()
+        for i, (ns, key, value) in enumerate(records):
+            tx.write(key, value, headers=[("i", str(i))], namespace=ns)
+            if tx.count >= per_append:
+                tx.commit()
+                tx = j.append()
+        if tx.count:
+            tx.commit()
+        return j.head
+
+
+def read_journal(path: Path | str) -> list[tuple[int, str, str, bytes | None]]:
+    if not os.path.exists(path):
+        return []
+    with Journal.open(path, read_only=True) as j:
+        return [(r.offset, r.namespace, r.key, r.value) for r in j.read()]

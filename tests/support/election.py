@@ -1,4 +1,4 @@
-"""Records what an election tells its listener, in order."""
+"""Elections in tests: a listener that records what an election tells it, in order."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A reaper process for chaos tests: the real Harvest, optionally with a fault-injecting publisher.
 
-Usage: python -m tests.chaos.faulty_reaper CONFIG.yaml [FAULT_RATE] [SEED]
+Usage: python -m tests.support.faulty_reaper CONFIG.yaml [FAULT_RATE] [SEED]
 Events go to stderr, one per line, so the test can tell who leads.
 """
 

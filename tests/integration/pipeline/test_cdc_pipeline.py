@@ -1,0 +1,217 @@
+"""A postgres-cdc pipeline on the session's local Spark: copy three tables while a writer works,
+then follow their changes into a Postgres upsert sink and a journal sink; the sink table equals
+the source, the journal keeps per-key order, and a failing sink holds the slot for itself."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from sluiceway.pipeline import Pipeline, PipelineSpec
+from sluiceway.pipeline.operator import read_checkpoint, source_status, status
+from tests.support.cdc import (
+    TABLES,
+    Writer,
+    create_tables,
+    journal_records,
+    key_of,
+    slot_confirmed,
+    source_state,
+    version_regressions,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def spec(
+    tmp_path: Path, source_dsn: str, sink_dsn: str, name: str, tables: tuple[str, ...] = TABLES, **db: Any
+) -> PipelineSpec:
+    return PipelineSpec.from_dict(
+        {
+            "pipeline": {
+                "name": name,
+                "source": {
+                    "type": "postgres-cdc",
+                    "dsn": source_dsn,
+                    "tables": list(tables),
+                    "slot": f"{name}_slot",
+                    "publication": f"{name}_pub",
+                    "chunk_size": 700,
+                    "max_records_per_batch": 3_000,
+                    "partitions": 2,
+                },
+                "sinks": [
+                    {"name": "log", "type": "journal", "path": str(tmp_path / "log")},
+                    {
+                        "name": "db",
+                        "type": "postgres",
+                        "dsn": sink_dsn,
+                        "table": f"{name}_copy",
+                        "key": ["namespace", "key"],
+                        **db,
+                    },
+                ],
+                "checkpoint": str(tmp_path / "cp"),
+            }
+        }
+    )
+
+
+def sink_table(dsn: str, table: str) -> dict[tuple[str, str], Any]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(f"SELECT namespace, key, value FROM {table}").fetchall()
+    return {(ns, key): json.loads(bytes(value)) for ns, key, value in rows}
+
+
+def committed_lsn(spec: PipelineSpec, sink: str) -> int:
+    cp = read_checkpoint(spec.checkpoint_dir(sink))
+    assert cp.committed is not None
+    return int(cp.committed["lsn"])
+
+
+def test_copy_under_writes_then_sync_reaches_both_sinks_exactly_and_in_order(
+    spark: Any, cdc_dsn: str, postgres_dsn: str, tmp_path: Path
+) -> None:
+    create_tables(cdc_dsn, orders=5_000, lines=2_000, customers=500)
+    pipeline_spec = spec(tmp_path, cdc_dsn, postgres_dsn, "shop")
+    writer = Writer(cdc_dsn, pace=0.001)
+    writer.start()
+    try:
+        first = Pipeline(pipeline_spec, spark).run(once=True, handle_signals=False)
+    finally:
+        writer.stop()
+    assert {r.state for r in first.values()} == {"finished"}, first
+    assert writer.ops > 100
+    second = Pipeline(pipeline_spec, spark).run(once=True, handle_signals=False)
+    assert {r.state for r in second.values()} == {"finished"}, second
+
+    expected = source_state(cdc_dsn)
+    copied = sink_table(postgres_dsn, "shop_copy")
+    assert copied.keys() == expected.keys()
+    assert [k for k in expected if copied[k] != expected[k]] == []
+    log = journal_records(tmp_path / "log")
+    modes = {v for r in log for k, v in r["headers"] if k == "sluice.mode"}
+    assert modes == {"copy", "sync"}
+    assert version_regressions(r | {"op": "x"} for r in log) == []
+    assert {key_of(ns, row) for (ns, _), row in expected.items()} <= {r["key"] for r in log}
+
+    # Both sinks committed everything: the slot was moved to them at the end of the run.
+    low = min(committed_lsn(pipeline_spec, "log"), committed_lsn(pipeline_spec, "db"))
+    assert slot_confirmed(cdc_dsn, "shop_slot") == low
+    source = source_status(pipeline_spec)
+    assert source is not None
+    assert [t["phase"] for t in source["tables"]] == ["sync", "sync", "sync"]
+    assert source["tables"][0]["rows_copied"] >= 5_000
+    assert source["slot"]["confirmed_lsn"]
+    assert {s.sink: s.state for s in status(pipeline_spec)} == {"log": "ok", "db": "ok"}
+
+
+def test_a_failing_sink_holds_the_slot_until_it_catches_up(
+    spark: Any, cdc_dsn: str, postgres_dsn: str, tmp_path: Path
+) -> None:
+    with psycopg.connect(cdc_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE ledger (id bigint PRIMARY KEY, version bigint NOT NULL)")
+        conn.execute("INSERT INTO ledger SELECT g, g FROM generate_series(1, 2000) g")
+    # The db sink's table does not exist and may not be created: each of its batches fails.
+    pipeline_spec = spec(
+        tmp_path,
+        cdc_dsn,
+        postgres_dsn,
+        "held",
+        ("public.ledger",),
+        create=False,
+        retry={"attempts": 1, "record_attempts": 1, "backoff": 0},
+    )
+    first = Pipeline(pipeline_spec, spark).run(once=True, handle_signals=False)
+    assert first["log"].state == "finished" and first["db"].state == "failed", first
+    held = slot_confirmed(cdc_dsn, "held_slot")
+    with psycopg.connect(cdc_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO ledger SELECT g, g FROM generate_series(100000, 100099) g")
+    Pipeline(pipeline_spec, spark).run(once=True, handle_signals=False)
+    assert committed_lsn(pipeline_spec, "log") > held
+    assert slot_confirmed(cdc_dsn, "held_slot") == held  # the db sink committed nothing yet
+
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(
+            'CREATE TABLE held_copy ("offset" bigint, namespace text, op text, key text, value bytea, '
+            "headers jsonb, timestamp timestamptz, PRIMARY KEY (namespace, key))"
+        )
+    again = Pipeline(pipeline_spec, spark).run(once=True, handle_signals=False)
+    assert {r.state for r in again.values()} == {"finished"}, again
+    assert (
+        slot_confirmed(cdc_dsn, "held_slot")
+        == min(committed_lsn(pipeline_spec, "log"), committed_lsn(pipeline_spec, "db"))
+        > held
+    )
+    assert len(sink_table(postgres_dsn, "held_copy")) == len(source_state(cdc_dsn, ["public.ledger"]))
+
+
+def test_operator_commands_show_tables_and_slot_inspect_by_lsn_and_drop_the_slot(
+    spark: Any, cdc_dsn: str, postgres_dsn: str, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from sluiceway.cli.pipeline import app
+
+    with psycopg.connect(cdc_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE notes (id int PRIMARY KEY, body text)")
+        conn.execute("INSERT INTO notes SELECT g, 'note ' || g FROM generate_series(1, 30) g")
+    pipeline_spec = spec(tmp_path, cdc_dsn, postgres_dsn, "ops", ("public.notes",))
+    spec_path = tmp_path / "ops.yaml"
+    spec_path.write_text(json.dumps({"pipeline": pipeline_spec.model_dump(by_alias=True, exclude_none=True)}))
+    assert {
+        r.state for r in Pipeline(pipeline_spec, spark).run(once=True, handle_signals=False).values()
+    } == {"finished"}
+    with psycopg.connect(cdc_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE notes SET body = 'changed' WHERE id = 7")
+    runner = CliRunner()
+    shown = runner.invoke(app, ["status", str(spec_path)], terminal_width=200)
+    assert shown.exit_code == 0, shown.output
+    assert (
+        "public.notes" in shown.output
+        and "sync" in shown.output
+        and "slot ops_slot: confirmed" in shown.output
+    )
+
+    log = journal_records(tmp_path / "log")
+    lsn = next(v for k, v in log[0]["headers"] if k == "pg.lsn")
+    listed = runner.invoke(app, ["inspect", str(spec_path), "--from", "0/0", "--to", "FFFFFFFF/0", "--json"])
+    assert listed.exit_code == 0, listed.output
+    rows = [json.loads(line) for line in listed.output.splitlines() if line.startswith("{")]
+    assert [(r["op"], r["key"], json.loads(r["value"])["body"]) for r in rows] == [("update", "7", "changed")]
+    assert lsn.count("/") == 1
+
+    dropped = runner.invoke(app, ["drop-slot", str(spec_path)])
+    assert dropped.exit_code == 0, dropped.output
+    assert "dropped slot 'ops_slot'" in dropped.output
+    assert slot_confirmed(cdc_dsn, "ops_slot") == 0
+    again = runner.invoke(app, ["drop-slot", str(spec_path)])
+    assert again.exit_code == 1 and "does not exist" in again.output
+
+
+def test_a_batch_read_copies_each_table_as_it_is(spark: Any, cdc_dsn: str, tmp_path: Path) -> None:
+    from sluiceway.pipeline import register_sources
+
+    with psycopg.connect(cdc_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE shelf (id int PRIMARY KEY, title text)")
+        conn.execute("INSERT INTO shelf SELECT g, 'book ' || g FROM generate_series(1, 2500) g")
+    register_sources(spark)
+    rows = (
+        spark.read.format("sluice-postgres-cdc")
+        .option("dsn", cdc_dsn)
+        .option("tables", "public.shelf")
+        .option("slot", "unused_slot")
+        .option("publication", "unused_pub")
+        .option("stateDir", str(tmp_path / "state"))
+        .option("chunkSize", "1000")
+        .load()
+        .collect()
+    )
+    assert sorted(int(r["key"]) for r in rows) == list(range(1, 2501))
+    assert {r["namespace"] for r in rows} == {"public.shelf"} and {r["op"] for r in rows} == {"insert"}
+    assert json.loads(rows[0]["value"])["title"].startswith("book ")
+    assert slot_confirmed(cdc_dsn, "unused_slot") == 0  # a batch read takes no slot

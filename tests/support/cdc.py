@@ -1,0 +1,221 @@
+"""Change data capture test helpers: a writer that keeps changing tables, a driver that plays
+Spark's part for one sink's reader, and the checks (sink equals source; per-key order)."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from sluiceway.cdc import CdcReader
+from sluiceway.journal import Journal, JournalError
+
+SCHEMA = """
+CREATE TABLE orders (id bigint PRIMARY KEY, version bigint NOT NULL, note text, payload jsonb,
+                     updated timestamptz NOT NULL DEFAULT now());
+CREATE TABLE lines (order_id int, line int, version bigint NOT NULL, qty numeric(10, 2),
+                    PRIMARY KEY (order_id, line));
+CREATE TABLE customers (id uuid PRIMARY KEY, version bigint NOT NULL, name text, tags text[]);
+"""
+TABLES = ("public.orders", "public.lines", "public.customers")
+KEYS = {"public.orders": ["id"], "public.lines": ["order_id", "line"], "public.customers": ["id"]}
+
+
+def key_of(namespace: str, row: dict[str, Any]) -> str:
+    """A row's record key, as the reader makes it (one column: its text; several: a JSON array)."""
+    columns = KEYS.get(namespace, ["id"])
+    if len(columns) == 1:
+        return str(row[columns[0]])
+    return json.dumps([row[c] for c in columns], separators=(",", ":"), ensure_ascii=False)
+
+
+def create_tables(dsn: str, orders: int, lines: int, customers: int) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(SCHEMA)
+        conn.execute(
+            "INSERT INTO orders SELECT g, 0, 'order ' || g, jsonb_build_object('n', g) "
+            "FROM generate_series(1, %s) g",
+            (orders,),
+        )
+        conn.execute(
+            "INSERT INTO lines SELECT g / 10, g %% 10, 0, g * 0.5 FROM generate_series(10, %s + 9) g",
+            (lines,),
+        )
+        conn.execute(
+            "INSERT INTO customers SELECT gen_random_uuid(), 0, 'c' || g, ARRAY['a', 'b ' || g] "
+            "FROM generate_series(1, %s) g",
+            (customers,),
+        )
+
+
+def source_state(dsn: str, tables: Iterable[str] = TABLES) -> dict[tuple[str, str], Any]:
+    out: dict[tuple[str, str], Any] = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET TimeZone = 'UTC'")
+        for namespace in tables:
+            for (text,) in conn.execute(f"SELECT row_to_json(src.*)::text FROM {namespace} src").fetchall():
+                row = json.loads(text)
+                out[(namespace, key_of(namespace, row))] = row
+    return out
+
+
+class Writer(threading.Thread):
+    """Inserts, updates and deletes rows of the three tables until stopped. Every write sets the
+    row's ``version`` to a fresh, ever-growing number, so per key the versions a reader sees must
+    never go down."""
+
+    def __init__(self, dsn: str, *, seed: int = 7, pace: float = 0.0) -> None:
+        super().__init__(daemon=True)
+        self.dsn = dsn
+        self.rng = random.Random(seed)
+        self.pace = pace
+        self.stop_event = threading.Event()
+        self.ops = 0
+        self.error: BaseException | None = None
+        self._version = 1_000_000
+
+    def run(self) -> None:
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                customers = [r[0] for r in conn.execute("SELECT id FROM customers").fetchall()]
+                while not self.stop_event.is_set():
+                    self._one(conn, customers)
+                    self.ops += 1
+                    if self.pace:
+                        self.stop_event.wait(self.pace)
+        except BaseException as exc:  # reported by stop()
+            self.error = exc
+
+    def _next(self) -> int:
+        self._version += 1
+        return self._version
+
+    def _one(self, conn: psycopg.Connection[Any], customers: list[Any]) -> None:
+        rng, pick = self.rng, self.rng.random()
+        if pick < 0.35:
+            conn.execute(
+                "INSERT INTO orders (id, version, note) VALUES (%s, %s, 'w') "
+                "ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version, updated = now()",
+                (rng.randint(1, 12_000), self._next()),
+            )
+        elif pick < 0.5:
+            conn.execute("DELETE FROM orders WHERE id = %s", (rng.randint(1, 12_000),))
+        elif pick < 0.75:
+            with conn.transaction():  # several keys in one transaction
+                for _ in range(3):
+                    conn.execute(
+                        "INSERT INTO lines VALUES (%s, %s, %s, 1) ON CONFLICT (order_id, line) "
+                        "DO UPDATE SET version = EXCLUDED.version, qty = lines.qty + 1",
+                        (rng.randint(1, 900), rng.randint(0, 9), self._next()),
+                    )
+        elif pick < 0.85:
+            conn.execute(
+                "DELETE FROM lines WHERE order_id = %s AND line = %s",
+                (rng.randint(1, 900), rng.randint(0, 9)),
+            )
+        else:
+            conn.execute(
+                "UPDATE customers SET version = %s, tags = array_append(tags, 'x') WHERE id = %s",
+                (self._next(), rng.choice(customers)),
+            )
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(timeout=30)
+        if self.error is not None:
+            raise self.error
+
+
+@dataclass
+class Sink:
+    """What a key-upserting sink would hold, and every record seen (for order checks)."""
+
+    state: dict[tuple[str, str], Any] = field(default_factory=dict)
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+    def apply(self, rows: Iterable[dict[str, Any]]) -> None:
+        for row in rows:
+            self.records.append(row)
+            key = (row["namespace"], row["key"])
+            if row["op"] == "delete":
+                self.state.pop(key, None)
+            elif row["op"] == "truncate":
+                for k in [k for k in self.state if k[0] == row["namespace"]]:
+                    del self.state[k]
+            else:
+                self.state[key] = json.loads(row["value"])
+
+    def modes(self) -> set[str]:
+        return {h["value"] for r in self.records for h in r["headers"] if h["key"] == "sluice.mode"}
+
+
+def version_regressions(records: Iterable[dict[str, Any]]) -> list[str]:
+    """Keys whose ``version`` went down in the stream (a change applied out of order)."""
+    last: dict[tuple[str, str], int] = {}
+    bad = []
+    for row in records:
+        if row["value"] is None:
+            continue
+        key = (row["namespace"], row["key"])
+        version = int(json.loads(row["value"])["version"])
+        if version < last.get(key, -1):
+            bad.append(f"{key}: {last[key]} then {version}")
+        last[key] = version
+    return bad
+
+
+def drain(
+    reader: CdcReader,
+    sink: Sink,
+    *,
+    start: int | None = None,
+    limit: int | None = 2_000,
+    until: Callable[[], bool] | None = None,
+    max_batches: int = 100_000,
+) -> int:
+    """Play Spark's part: plan, read and commit batches. Without ``until``: until the copy is done
+    and nothing is left; with it: until the copy is done and ``until()`` holds."""
+    position = reader.initial_offset() if start is None else start
+    for _ in range(max_batches):
+        if until is not None and until() and not reader.copying():
+            return position
+        end = reader.latest_offset(position, limit)
+        if end == position:
+            if until is None and not reader.copying():
+                return position
+            continue
+        sink.apply(reader.read(position, end, 0).to_pylist())
+        reader.commit(end)
+        position = end
+    raise AssertionError("drain did not finish")
+
+
+def slot_confirmed(dsn: str, slot: str) -> int:
+    """The slot's confirmed position (0 when there is no such slot)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT (confirmed_flush_lsn - '0/0'::pg_lsn)::bigint FROM pg_replication_slots "
+            "WHERE slot_name = %s",
+            (slot,),
+        ).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def journal_records(path: Path) -> list[dict[str, Any]]:
+    """A journal sink's records as dicts (empty while it does not exist or is being created)."""
+    if not path.exists():
+        return []
+    try:
+        with Journal.open(path, read_only=True) as journal:
+            return [
+                {"namespace": r.namespace, "key": r.key, "value": r.value, "headers": r.headers}
+                for r in journal.read()
+            ]
+    except JournalError:
+        return []
