@@ -68,7 +68,7 @@ VALUES (UTC_TIMESTAMP(6), %s, %s, %s, %s, %s, %s)
 -- a locking read, so it takes no locks on the dead-letter table.
 SELECT {raw_columns} FROM {outbox} o
 WHERE (o.leader_id IS NULL OR o.leader_id <> %(leader_id)s)
-  AND NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.parked AND d.kafka_key = o.kafka_key)
+  AND o.kafka_key NOT IN (SELECT d.kafka_key FROM {dead} d WHERE d.parked)
 ORDER BY o.id
 LIMIT %(limit)s
 FOR UPDATE

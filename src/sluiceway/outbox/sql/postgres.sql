@@ -64,12 +64,15 @@ VALUES (NOW(), %s, %s, %s, %s, %s, %s)
 -- name: mark
 -- One atomic statement: claim the oldest rows not owned by this leader id and return them,
 -- skipping every row of a key parked behind a dead letter (whichever leader buried it: the dead
--- table is what a new leader sees). RETURNING order is arbitrary, so the caller sorts by id.
+-- table is what a new leader sees). NOT IN, not a correlated NOT EXISTS: the parked keys are read
+-- once per statement into a hash (kafka_key is NOT NULL, so NOT IN has no NULL trap), and each
+-- candidate row costs a hash probe instead of an index probe. RETURNING order is arbitrary, so
+-- the caller sorts by id.
 UPDATE {outbox} SET leader_id = %(leader_id)s
 WHERE id IN (
   SELECT o.id FROM {outbox} o
   WHERE (o.leader_id IS NULL OR o.leader_id <> %(leader_id)s)
-    AND NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.parked AND d.kafka_key = o.kafka_key)
+    AND o.kafka_key NOT IN (SELECT d.kafka_key FROM {dead} d WHERE d.parked)
   ORDER BY o.id
   LIMIT %(limit)s
 )

@@ -70,7 +70,7 @@ UPDATE {outbox} SET leader_id = :leader_id
 WHERE id IN (
   SELECT o.id FROM {outbox} o
   WHERE (o.leader_id IS NULL OR o.leader_id <> :leader_id)
-    AND NOT EXISTS (SELECT 1 FROM {dead} d WHERE d.parked AND d.kafka_key = o.kafka_key)
+    AND o.kafka_key NOT IN (SELECT d.kafka_key FROM {dead} d WHERE d.parked)
   ORDER BY o.id
   LIMIT :limit
 )
