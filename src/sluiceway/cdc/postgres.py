@@ -34,7 +34,7 @@ from sluiceway.cdc.errors import CdcError, SlotInUseError
 from sluiceway.cdc.model import Row, Snapshot
 from sluiceway.cdc.pgoutput import format_lsn
 from sluiceway.cdc.values import PgType, TypeRow, resolve, row_key
-from sluiceway.db.connection import map_db_error
+from sluiceway.db.connection import Database, map_db_error
 from sluiceway.db.dsn import Dialect, parse_dsn
 from sluiceway.db.queries import QuerySet
 from sluiceway.errors import DatabaseError
@@ -135,44 +135,28 @@ class CdcSession:
                 f"{self.source.dialect.value}"
             )
         self.q = QuerySet("sluiceway.cdc", Dialect.POSTGRES)
-        self._timeout = connect_timeout
-        self._conn: Any = None
+        # Our text forms and flushing commits, set again on every (re)connection.
+        self.db = Database(
+            self.source,
+            connect_timeout=connect_timeout,
+            on_connect=lambda raw: raw.execute(self.q["session"]),
+        )
         self._types: dict[int, TypeRow] = {}
         self._mapped: dict[int, PgType] = {}
 
     # -- connection ----------------------------------------------------------------------------
     @property
     def conn(self) -> Any:
-        if self._conn is None:
-            import psycopg
-
-            try:
-                self._conn = psycopg.connect(
-                    self.source.target, autocommit=True, connect_timeout=max(1, int(self._timeout))
-                )
-            except psycopg.Error as exc:
-                raise map_db_error(exc, f"cannot connect to {self.source.redacted()}") from exc
-            self._conn.execute(self.q["session"])
-        return self._conn
+        """The psycopg connection itself (for ``COPY`` and SQL literals)."""
+        return self.db.raw
 
     def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.close()
+        self.db.close()
 
     def _rows(
         self, sql: str, params: dict[str, Any] | Sequence[Any] | None, what: str
     ) -> list[tuple[Any, ...]]:
-        import psycopg
-
-        try:
-            cur = self.conn.execute(sql, params)
-            return cur.fetchall() if cur.description is not None else []
-        except psycopg.Error as exc:
-            if isinstance(exc, psycopg.OperationalError):
-                self.close()
-            raise map_db_error(exc, what) from exc
+        return self.db.fetchall(sql, params, what=what)
 
     def rows(self, name: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         return self._rows(self.q[name], params, f"cdc: {name}")
@@ -182,15 +166,12 @@ class CdcSession:
         return found[0] if found else None
 
     @contextlib.contextmanager
-    def transaction(self, isolation: str = "") -> Iterator[None]:
-        self._rows(f"BEGIN {isolation}".strip(), None, "cdc: begin")
-        try:
+    def transaction(self, characteristics: str = "") -> Iterator[None]:
+        """One transaction; ``characteristics`` as ``SET TRANSACTION`` takes them (isolation…)."""
+        with self.db.transaction():
+            if characteristics:
+                self.db.execute(f"SET TRANSACTION {characteristics}", what="cdc: begin")
             yield
-        except BaseException:
-            with contextlib.suppress(Exception):
-                self._rows("ROLLBACK", None, "cdc: rollback")
-            raise
-        self._rows("COMMIT", None, "cdc: commit")
 
     # -- checks ----------------------------------------------------------------------------------
     def check_server(self) -> str:

@@ -20,10 +20,8 @@ lock means its taker died.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ from typing import Any
 import pyarrow as pa
 
 from sluiceway.cdc.model import Chunk, Snapshot
+from sluiceway.files import exclusive, fsync, write_json
 
 
 @dataclass
@@ -68,34 +67,8 @@ class SourceState:
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.dir = Path(directory)
 
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with open(self.dir / "lock", "a+") as lock:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-
-    def try_locked(self) -> contextlib.AbstractContextManager[bool]:
-        """Like :meth:`locked`, but yields False at once when another process holds the lock."""
-
-        @contextlib.contextmanager
-        def attempt() -> Iterator[bool]:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            with open(self.dir / "lock", "a+") as lock:
-                try:
-                    fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    yield False
-                    return
-                try:
-                    yield True
-                finally:
-                    fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-
-        return attempt()
+    def locked(self) -> contextlib.AbstractContextManager[bool]:
+        return exclusive(self.dir / "lock")
 
     # -- the copy ----------------------------------------------------------------------------------
     def load(self) -> CopyState:
@@ -105,7 +78,7 @@ class SourceState:
             return CopyState()
 
     def save(self, state: CopyState) -> None:
-        _write_json(self.dir / "state.json", asdict(state))
+        write_json(self.dir / "state.json", asdict(state), durable=True)
 
     # -- sinks' positions --------------------------------------------------------------------------
     def positions(self) -> dict[str, int]:
@@ -119,7 +92,7 @@ class SourceState:
         with self.locked():
             positions = self.positions()
             positions[consumer] = max(position, positions.get(consumer, 0))
-            _write_json(self.dir / "positions.json", positions)
+            write_json(self.dir / "positions.json", positions, durable=True)
             return positions
 
     # -- chunks ------------------------------------------------------------------------------------
@@ -148,9 +121,9 @@ class SourceState:
         tmp = path.with_suffix(".tmp")
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
-        _fsync(tmp)
+        fsync(tmp)
         os.replace(tmp, path)
-        _fsync(path.parent)
+        fsync(path.parent)
 
     def load_chunk(self, chunk: int) -> Chunk | None:
         try:
@@ -201,19 +174,3 @@ class SourceState:
             if end <= upto:
                 with contextlib.suppress(FileNotFoundError):
                     (self.spill_dir(consumer) / name).unlink()
-
-
-def _write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    _fsync(tmp)
-    os.replace(tmp, path)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

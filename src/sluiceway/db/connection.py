@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from sluiceway.db.dsn import DataSource, Dialect, parse_dsn
@@ -130,10 +130,18 @@ class Database:
     [(1,)]
     """
 
-    def __init__(self, dsn: str | DataSource, *, connect_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        dsn: str | DataSource,
+        *,
+        connect_timeout: float = 5.0,
+        on_connect: Callable[[Any], object] | None = None,
+    ) -> None:
         self.source = dsn if isinstance(dsn, DataSource) else parse_dsn(dsn)
         self.dialect = self.source.dialect
         self._connect_timeout = connect_timeout
+        #: Called with each new driver connection (session settings), before any statement.
+        self._on_connect = on_connect
         self._conn: Any = None
         self._in_tx = False
         self._lock = threading.RLock()
@@ -142,7 +150,15 @@ class Database:
     @property
     def raw(self) -> Any:
         if self._conn is None:
-            self._conn = open_raw(self.source, connect_timeout=self._connect_timeout)
+            conn = open_raw(self.source, connect_timeout=self._connect_timeout)
+            if self._on_connect is not None:
+                try:
+                    self._on_connect(conn)
+                except _driver_errors() as exc:
+                    with contextlib.suppress(Exception):
+                        conn.close()
+                    raise map_db_error(exc, "session set-up") from exc
+            self._conn = conn
         return self._conn
 
     def close(self) -> None:

@@ -1,46 +1,35 @@
-"""The append transaction: validate and encode records as they are written, commit them at once.
+"""The append transaction: validate records as they are written, encode and commit them at once.
 
 Why it is shaped so:
 
-* **Nothing touches the disk before the commit.** Records are encoded and checksummed into
-  memory as they are written, so aborting is free, a crashed append leaves at most a torn tail
-  (that recovery truncates), and the writer's serialized commit path only stamps offsets and
-  frames whole batches (:mod:`sluiceway.journal.writer`).
-* **The per-record path is the budget.** :meth:`AppendTransaction.write` runs once per record
-  and is most of an append's CPU, so it inlines the reference encoder
-  (:func:`sluiceway.journal.encode.append_record`, checked byte for byte by
-  ``tests/unit/journal/test_format.py``), keeps exact-type fast paths on the main line and
-  sends the odd cases (``str`` or ``bytearray`` values, explicit timestamps) to helpers off
-  it. :meth:`~AppendTransaction.write_many` takes a vectorised encoder for bulk input.
+* **Nothing touches the disk before the commit.** Records are validated as they are written
+  and kept in memory, column by column, so aborting is free and a crashed append leaves at
+  most a torn tail (that recovery truncates).
+* **The work is per column, not per record.** :meth:`AppendTransaction.write` runs once per
+  record, so it only validates and appends each field to its column (exact-type fast paths on
+  the main line, odd cases — ``str`` or ``bytearray`` values, explicit timestamps — in helpers
+  off it); :meth:`~AppendTransaction.write_many` extends whole columns. At commit the
+  appending thread encodes and checksums the records block in one go
+  (:func:`sluiceway.journal.encode.encode_records`) *before* it joins a commit group, so the
+  writer's serialised commit path only adds a small header (:mod:`sluiceway.journal.writer`).
 * **The transaction knows the writer only as a port** (:class:`Committer`): a clock and one
-  ``commit`` verb that takes the encoded frames and the append's expectations and returns the
-  offsets, once durable. The writer never sees this class.
+  ``commit`` verb that takes the encoded records and the append's expectations and returns
+  the offsets, once durable. The writer never sees this class.
 """
 
 from __future__ import annotations
 
 import time
-from array import array
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import repeat
 from types import NoneType, TracebackType
 from typing import Final, Protocol, Self
 
-from google_crc32c import value as _crc32c
-
-from sluiceway.journal.encode import encode_many, pack_record_body, pack_record_prefix
+from sluiceway.journal.encode import EncodedRecords, encode_records, frame_length
 from sluiceway.journal.errors import AppendAborted, InvalidJournalRecord, JournalError
-from sluiceway.journal.format import (
-    FLAG_NULL_VALUE,
-    KIND_RECORD,
-    MAX_FIELD_BYTES,
-    MAX_NAMESPACE_BYTES,
-    REC_CRC_START,
-    REC_HEADER_SIZE,
-    ZEROS,
-    encode_pairs,
-)
+from sluiceway.journal.format import BATCH_HEADER_SIZE, MAX_FRAME_BYTES, MAX_NAMESPACE_BYTES, encode_pairs
 from sluiceway.journal.record import EPOCH
 
 Clock = Callable[[], int]
@@ -105,8 +94,8 @@ class Committer(Protocol):
     @property
     def clock(self) -> Clock: ...
 
-    def commit(self, parts: list[bytes | bytearray], lens: array[int], expectations: Expectations) -> range:
-        """Commit the encoded frames (one length per record) and return their offsets, once durable."""
+    def commit(self, records: EncodedRecords, expectations: Expectations) -> range:
+        """Commit the encoded records and return their offsets, once durable."""
         ...
 
 
@@ -178,8 +167,8 @@ def _value_bytes(value: object) -> bytes:
     raise InvalidJournalRecord("value", f"must be str, bytes or None, got {type(value).__name__}")
 
 
-_MAX_FRAME = MAX_FIELD_BYTES - 8
-_BULK_MIN = 32  # write_many switches to the vectorised encoder from this many records
+_MAX_RECORDS_BYTES = MAX_FRAME_BYTES - BATCH_HEADER_SIZE  # without register updates
+_BULK_MIN = 32  # write_many checks types column-wise (not record by record) from this many records
 # Transaction states; OPEN is 0 so the per-record check is a plain truth test.
 _OPEN, _COMMITTING, _COMMITTED, _ABORTED, _FAILED = range(5)
 
@@ -187,19 +176,23 @@ _OPEN, _COMMITTING, _COMMITTED, _ABORTED, _FAILED = range(5)
 class AppendTransaction:
     """One all-or-nothing append. Get one from :meth:`Journal.append`; use it as a context manager.
 
-    Records are encoded and checksummed as they are written and kept in memory; nothing touches
-    the disk until the append commits (on leaving the ``with`` block). An exception in the block,
-    or :meth:`abort`, discards everything.
+    Records are validated as they are written and kept in memory; nothing touches the disk until
+    the append commits (on leaving the ``with`` block). An exception in the block, or
+    :meth:`abort`, discards everything.
     """
 
     __slots__ = (
         "_clock",
         "_expectations",
-        "_lens",
+        "_headers",
+        "_keys",
+        "_namespaces",
+        "_nulls",
         "_offsets",
-        "_parts",
         "_state",
         "_system_clock",
+        "_timestamps",
+        "_values",
         "_writer",
     )
 
@@ -208,10 +201,13 @@ class AppendTransaction:
         self._clock = writer.clock
         self._system_clock = writer.clock is system_clock
         self._expectations = expectations
-        # Encoded frames as (prefix, body) pairs from write(), or one bytearray of many frames
-        # from write_many(); joined once at commit. One length per record.
-        self._parts: list[bytes | bytearray] = []
-        self._lens = array("I")
+        # The records so far, one column per field (encoded once, at commit).
+        self._keys: list[bytes] = []
+        self._values: list[bytes | None] = []
+        self._namespaces: list[bytes] = []
+        self._headers: list[bytes] = []  # encoded pairs blocks, b"" for none
+        self._timestamps: list[int] = []
+        self._nulls = False  # some value is None
         self._state = _OPEN
         self._offsets: range | None = None
 
@@ -244,31 +240,19 @@ class AppendTransaction:
         except UnicodeEncodeError as exc:
             raise InvalidJournalRecord("key", f"not encodable as UTF-8: {exc.reason}") from None
         if value is None:
-            flags = FLAG_NULL_VALUE
-            value = b""
-        else:
-            flags = 0
-            if type(value) is not bytes:
-                value = _value_bytes(value)
+            self._nulls = True
+        elif type(value) is not bytes:
+            value = _value_bytes(value)
         hb = _encode_headers(headers) if headers else b""
         if timestamp is None:
             ts = _time_ns() // 1000 if self._system_clock else self._clock()
         else:
             ts = to_timestamp_us(timestamp, self._clock)
-        # encode.append_record, inlined: a function call is a tenth of the per-record budget.
-        # tests/unit/journal/test_format.py checks that both produce identical frames.
-        nl, kl, vl, hl = len(nsb), len(kb), len(value), len(hb)
-        used = REC_HEADER_SIZE + nl + kl + vl + hl
-        if used > _MAX_FRAME:
-            raise InvalidJournalRecord("value", "record larger than 4 GiB")
-        body = b"".join(
-            (pack_record_body(ts, KIND_RECORD, flags, nl, kl, vl, hl), nsb, kb, value, hb, ZEROS[: -used & 7])
-        )
-        length = len(body) + REC_CRC_START
-        parts = self._parts
-        parts.append(pack_record_prefix(length, _crc32c(body), 0))
-        parts.append(body)
-        self._lens.append(length)
+        self._keys.append(kb)
+        self._values.append(value)
+        self._namespaces.append(nsb)
+        self._headers.append(hb)
+        self._timestamps.append(ts)
 
     def write_many(
         self,
@@ -294,59 +278,46 @@ class AppendTransaction:
             ts = to_timestamp_us(timestamp, self._clock)
         if not isinstance(records, list | tuple):
             records = list(records)
-        # Well-formed bulk input (pairs of str and bytes/None) takes the vectorised encoder; any
-        # other input takes the loop below, which converts or rejects record by record.
-        if len(records) >= _BULK_MIN:
+        n = len(records)
+        keys: list[bytes] = []
+        values: list[bytes | None] = []
+        nulls = False
+        # Well-formed bulk input (pairs of str and bytes/None) is checked a column at a time;
+        # any other input takes the loop below, which converts or rejects record by record.
+        if n >= _BULK_MIN:
             try:
-                keys, values = zip(*records, strict=True)
+                key_col, value_col = zip(*records, strict=True)
             except (ValueError, TypeError):  # not all pairs: the loop below says which is wrong
-                keys = values = ()
-            value_types = set(map(type, values))
-            if keys and set(map(type, keys)) <= {str} and value_types <= {bytes, NoneType}:
+                key_col = value_col = ()
+            value_types = set(map(type, value_col))
+            if key_col and set(map(type, key_col)) <= {str} and value_types <= {bytes, NoneType}:
                 try:
-                    frames, flens = encode_many(nsb, keys, values, ts, has_null=NoneType in value_types)
+                    keys = list(map(str.encode, key_col))
                 except UnicodeEncodeError as exc:
                     raise InvalidJournalRecord("key", f"not encodable as UTF-8: {exc.reason}") from None
-                if int(flens.max()) > _MAX_FRAME:
-                    raise InvalidJournalRecord("value", "record larger than 4 GiB")
-                # One part holding many frames: the writer joins parts, it does not care how they split.
-                self._parts.append(frames)
-                self._lens.frombytes(flens.astype("I").tobytes())  # native uint, as array("I")
-                return len(flens)
-        nl = len(nsb)
-        fixed = REC_HEADER_SIZE + nl
-        parts: list[bytes] = []
-        lens = array("I")
-        append_part, append_len = parts.append, lens.append
-        pack_body, pack_prefix, crc, zeros = pack_record_body, pack_record_prefix, _crc32c, ZEROS
-        for key, value in records:
-            if type(key) is not str:
-                raise InvalidJournalRecord("key", f"must be str, got {type(key).__name__}")
-            try:
-                kb = key.encode()
-            except UnicodeEncodeError as exc:
-                raise InvalidJournalRecord("key", f"not encodable as UTF-8: {exc.reason}") from None
-            if value is None:
-                flags = FLAG_NULL_VALUE
-                value = b""
-            else:
-                flags = 0
-                if type(value) is not bytes:
+                values = list(value_col)
+                nulls = NoneType in value_types
+        if len(keys) != n:
+            append_key, append_value = keys.append, values.append
+            for key, value in records:
+                if type(key) is not str:
+                    raise InvalidJournalRecord("key", f"must be str, got {type(key).__name__}")
+                try:
+                    append_key(key.encode())
+                except UnicodeEncodeError as exc:
+                    raise InvalidJournalRecord("key", f"not encodable as UTF-8: {exc.reason}") from None
+                if value is None:
+                    nulls = True
+                elif type(value) is not bytes:
                     value = _as_bytes(value)
-            kl, vl = len(kb), len(value)
-            used = fixed + kl + vl
-            if used > _MAX_FRAME:
-                raise InvalidJournalRecord("value", "record larger than 4 GiB")
-            body = b"".join(
-                (pack_body(ts, KIND_RECORD, flags, nl, kl, vl, 0), nsb, kb, value, zeros[: -used & 7])
-            )
-            length = len(body) + REC_CRC_START
-            append_part(pack_prefix(length, crc(body), 0))
-            append_part(body)
-            append_len(length)
-        self._parts.extend(parts)
-        self._lens.extend(lens)
-        return len(lens)
+                append_value(value)
+        self._keys.extend(keys)
+        self._values.extend(values)
+        self._namespaces.extend(repeat(nsb, n))
+        self._headers.extend(repeat(b"", n))
+        self._timestamps.extend(repeat(ts, n))
+        self._nulls = self._nulls or nulls
+        return n
 
     def _not_open(self) -> None:
         if self._state == _ABORTED:
@@ -355,15 +326,35 @@ class AppendTransaction:
 
     @property
     def count(self) -> int:
-        """Records written so far."""
-        return len(self._lens)
+        """Records written so far (committed, once the append has committed)."""
+        return len(self._offsets) if self._offsets is not None else len(self._keys)
 
     def abort(self) -> None:
         """Discard the append. Leaving the ``with`` block afterwards commits nothing."""
         if self._state == _OPEN:
             self._state = _ABORTED
-            self._parts = []
-            self._lens = array("I")
+            self._clear()
+
+    def _clear(self) -> None:
+        self._keys, self._values, self._namespaces, self._headers, self._timestamps = [], [], [], [], []
+
+    def _encode(self) -> EncodedRecords:
+        """The append's records block, as it will be written (``InvalidJournalRecord`` if too large)."""
+        try:
+            records = encode_records(
+                self._keys,
+                self._values,
+                self._namespaces,
+                self._headers,
+                self._timestamps,
+                has_null=self._nulls,
+            )
+        except ValueError as exc:
+            raise InvalidJournalRecord("append", str(exc)) from None
+        sets = self._expectations.set_registers
+        if (sets or records.size > _MAX_RECORDS_BYTES) and frame_length(records, sets) > MAX_FRAME_BYTES:
+            raise InvalidJournalRecord("append", "larger than 4 GiB on disk")
+        return records
 
     def commit(self) -> range:
         """Commit now (the ``with`` block does this on exit) and return the assigned offsets."""
@@ -371,14 +362,16 @@ class AppendTransaction:
             self._not_open()
         self._state = _COMMITTING
         try:
-            self._offsets = self._writer.commit(self._parts, self._lens, self._expectations)
+            # Encoded here, in the appending thread, before joining a commit group: the group
+            # leader's serialised work stays a header per append.
+            self._offsets = self._writer.commit(self._encode(), self._expectations)
         except BaseException:
-            # Interrupted while queued, the frames may still be written: the writer holds its own
-            # reference to them, and the failure says nothing about whether they were.
+            # Interrupted while queued, the records may still be written: the writer holds its
+            # own reference to them, and the failure says nothing about whether they were.
             self._state = _FAILED
             raise
         self._state = _COMMITTED
-        self._parts = []  # the group is done with them; free the memory early
+        self._clear()  # the group is done with the records; free the memory early
         return self._offsets
 
     @property

@@ -1,10 +1,12 @@
 """Compaction of closed segments: keep the latest record per key below the consumers' horizon.
 
 A record may be dropped when every named consumer has read past it (``offset < horizon``) and a
-later record with the same key — ``(namespace, key)`` — exists. Kept records keep their offsets
-and their frames byte for byte (so their CRCs still hold); only the BEGIN/COMMIT frames of a
-batch that lost records are re-encoded, flagged ``COMPACTED`` because its offsets now have gaps.
-The active segment is never compacted. Tombstones are kept like any other latest record.
+later record with the same key — ``(namespace, key)`` — exists. Kept records keep their offsets.
+A batch that lost no record is copied byte for byte, in whichever format it was written; a
+batch that lost records is re-encoded from its (verified) records as a format-2 BATCH frame
+with a fresh checksum, flagged ``COMPACTED`` because its offsets now have gaps — so compacting
+a segment of format 1 can leave it holding both formats. The active segment is never
+compacted. Tombstones are kept like any other latest record.
 
 The selection is pure (``latest_offsets``, ``select_removals``, ``compact_segment_bytes``) and
 unit-tested; :mod:`sluiceway.journal.maintenance` does the file replacement (temporary file,
@@ -16,11 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-import numpy as np
-
-from sluiceway.journal.encode import encode_batch
-from sluiceway.journal.format import FLAG_COMPACTED, SegmentHeader
-from sluiceway.journal.parse import Incomplete, Invalid, ParsedBatch, iter_keys, parse_batch
+from sluiceway.journal.encode import encode_batch, encode_records
+from sluiceway.journal.format import FLAG_COMPACTED, SegmentHeader, encode_pairs
+from sluiceway.journal.parse import Incomplete, Invalid, ParsedBatch, iter_keys, iter_records, parse_batch
 
 Key = tuple[bytes, bytes]
 
@@ -76,7 +76,7 @@ def segment_batches(buf: bytes, header: SegmentHeader) -> list[ParsedBatch]:
             reason = parsed.reason if isinstance(parsed, Invalid) else "truncated batch"
             raise ValueError(f"byte {pos}: {reason}")
         if not parsed.records_ok(buf):
-            raise ValueError(f"byte {pos}: record checksum mismatch")
+            raise ValueError(f"byte {pos}: records checksum mismatch")
         out.append(parsed)
         pos = parsed.next_pos
     return out
@@ -88,26 +88,28 @@ def compact_segment_bytes(buf: bytes, batches: Iterable[ParsedBatch], drop: set[
     Returns ``(body, records removed)``. A batch left with no records and no register updates
     disappears; its offsets become a gap that readers step over.
     """
-    parts: list[bytes | bytearray] = []
+    parts: list[bytes] = []
     removed = 0
     for batch in batches:
-        kept_frames: list[bytes] = []
-        kept_lens: list[int] = []
-        for offset, _ns, _key, pos, flen in iter_keys(buf, batch):
-            if offset in drop:
-                removed += 1
-            else:
-                kept_frames.append(buf[pos : pos + flen])
-                kept_lens.append(flen)
-        if len(kept_frames) == batch.count:
+        gone = sum(1 for offset, _ns, _key in iter_keys(buf, batch) if offset in drop)
+        if not gone:
             parts.append(buf[batch.pos : batch.next_pos])
             continue
-        if not kept_frames and not batch.registers:
+        removed += gone
+        kept = [r for r in iter_records(buf, batch, batch.first, batch.end) if r.offset not in drop]
+        if not kept and not batch.registers:
             continue
+        records = encode_records(
+            [r.key.encode() for r in kept],
+            [r.value for r in kept],
+            [r.namespace.encode() for r in kept],
+            [encode_pairs(r.headers) for r in kept],
+            [r.timestamp_us for r in kept],
+            offsets=[r.offset - batch.first for r in kept],
+        )
         parts.extend(
             encode_batch(
-                b"".join(kept_frames),
-                np.asarray(kept_lens, dtype=np.uint32),
+                records,
                 batch.first,
                 batch.commit_time_us,
                 batch.registers,

@@ -1,268 +1,331 @@
-"""Encoding RECORD frames and whole batches: the write path, tuned per record.
+"""Encoding batches (format 2): the write path.
 
-Everything here produces exactly the bytes :mod:`sluiceway.journal.format` describes, and is
-shaped by one budget: an append spends most of its CPU here, once per record. Hence struct
-``pack`` methods bound once at import, ``b"".join`` over pieces instead of growing a buffer,
-a vectorised encoder for bulk input (:func:`encode_many`), and a one-step encoder for the
-one-record append of group commit (:func:`encode_single`). :func:`append_record` is the
-reference the fast paths are tested against, byte for byte; ``AppendTransaction.write``
-inlines it, which is why the packers it uses are public here.
+Everything here produces exactly the bytes :mod:`sluiceway.journal.format` describes. The work
+is split by who does it:
 
-Records are encoded with offset 0 and stamped at commit (:func:`stamp_offsets`): the record
-checksum leaves the offset out, so stamping needs no re-checksumming.
+* :func:`encode_records` builds and checksums an append's records block. The appending thread
+  calls it when its append commits, *before* joining a commit group, so the serialised part of
+  a commit (the group leader's) never touches the records. Its cost is per column, not per
+  record: a column's lengths are one ``numpy`` conversion, its bytes one ``join``, and the
+  whole block gets one CRC32C — where format 1 spent about a fifth of an append's time on a
+  CRC32C per record.
+* :func:`encode_batch_header` is what the group leader adds once offsets are assigned: 56 bytes
+  with the offsets, the commit time and the register updates, checksummed.
+
+Small appends take a pure-Python twin of the column encoder (numpy's fixed cost per call
+would dominate a few records), one record a shorter one still;
+``tests/unit/journal/test_format.py`` checks that all produce the same bytes.
 """
 
 from __future__ import annotations
 
 import operator
 import struct
-import sys
-from array import array
 from collections.abc import Mapping, Sequence
-from itertools import chain, repeat
-from typing import TypeAlias
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any, NamedTuple
 
 import numpy as np
+from google_crc32c import extend as _crc32c_extend
 from google_crc32c import value as _crc32c
 
 from sluiceway.journal.format import (
-    FLAG_NULL_VALUE,
+    BATCH_HEADER_SIZE,
+    DELTA_WIDTHS,
     FRAME_PREFIX,
-    KIND_BEGIN,
-    KIND_COMMIT,
-    KIND_RECORD,
-    REC_BODY,
-    REC_CRC_START,
-    REC_HEADER_SIZE,
-    REC_PREFIX,
+    KIND_BATCH,
+    LENGTH_WIDTHS,
+    MAX_FRAME_BYTES,
+    NAMESPACE_WIDTHS,
+    RECORDS_NULLS,
+    RECORDS_TRAILER,
     ZEROS,
     encode_pairs,
+    pad8,
 )
 
-pack_record_body = REC_BODY.pack
-"""Packs a RECORD frame's checksummed fixed fields: timestamp, kind, flags and the four lengths."""
-pack_record_prefix = REC_PREFIX.pack
-"""Packs a RECORD frame's first 16 bytes: length, crc32c and offset."""
-pack_i64 = struct.Struct("<q").pack
-
-_PADS = [bytes(i) for i in range(8)]
-_LITTLE = sys.byteorder == "little"
-_pack_offset = struct.Struct("<q").pack_into
-_pack_u32 = struct.Struct("<I").pack
 _pack_frame_prefix = FRAME_PREFIX.pack
-# BEGIN/COMMIT without their (length, crc) prefix, which is computed over these bytes.
-_pack_begin_rest = struct.Struct("<BBHIqqQ").pack
-_pack_commit_rest = struct.Struct("<BBHIqqIIq").pack
-
-Lens: TypeAlias = "np.ndarray | array[int] | Sequence[int]"
-"""Record frame lengths: a numpy array, an ``array('I')`` or any sequence of ints."""
-
-
-def append_record(
-    frames: bytearray, namespace: bytes, key: bytes, value: bytes | None, headers: bytes, timestamp_us: int
-) -> int:
-    """Append one RECORD frame (offset 0: stamped at commit, see module doc) to ``frames``.
-
-    Returns the frame's length. This is the per-record hot path of every append, hence the
-    bound methods and the two in-place extends instead of building the frame twice.
-    """
-    if value is None:
-        flags = FLAG_NULL_VALUE
-        value = b""
-    else:
-        flags = 0
-    nl, kl, vl, hl = len(namespace), len(key), len(value), len(headers)
-    used = REC_HEADER_SIZE + nl + kl + vl + hl
-    body = b"".join(
-        (
-            pack_record_body(timestamp_us, KIND_RECORD, flags, nl, kl, vl, hl),
-            namespace,
-            key,
-            value,
-            headers,
-            ZEROS[: -used & 7],
-        )
-    )
-    length = len(body) + REC_CRC_START
-    frames += pack_record_prefix(length, _crc32c(body), 0)
-    frames += body
-    return length
+_pack_batch_rest = struct.Struct("<BBHIqqqIIII").pack  # the BATCH header after (length, crc)
+_pack_trailer = RECORDS_TRAILER.pack
+_UINT_CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}
+_UINT_DTYPES: dict[int, np.dtype[Any]] = {
+    1: np.dtype("<u1"),
+    2: np.dtype("<u2"),
+    4: np.dtype("<u4"),
+    8: np.dtype("<u8"),
+}
+_U64 = (1 << 64) - 1
+_SMALL = 16  # appends of up to this many records take the pure-Python encoder
 
 
-def encode_many(
-    namespace: bytes,
-    keys: Sequence[str],
+@dataclass(frozen=True, slots=True)
+class EncodedRecords:
+    """An append's records block: its pieces (written as they are, with one vectored write),
+    the number of records, its size in bytes (a multiple of 8) and its CRC32C."""
+
+    parts: list[bytes]
+    count: int
+    size: int
+    crc: int
+
+
+def _width(top: int, widths: tuple[int, ...], what: str) -> int:
+    """The fewest bytes (among ``widths``) that hold ``top``; 0 when ``top`` is 0."""
+    for width in widths:
+        if top < 1 << (8 * width):
+            return width
+    raise ValueError(f"{what} too large for the journal format")
+
+
+def _uints_small(values: Sequence[int], widths: tuple[int, ...], what: str) -> tuple[int, bytes]:
+    width = _width(max(values), widths, what)
+    return width, struct.pack(f"<{len(values)}{_UINT_CODES[width]}", *values) if width else b""
+
+
+def _uints_bulk(values: np.ndarray, widths: tuple[int, ...], what: str) -> tuple[int, bytes]:
+    width = _width(int(values.max()), widths, what)
+    return width, values.astype(_UINT_DTYPES[width]).tobytes() if width else b""
+
+
+def encode_records(
+    keys: Sequence[bytes],
     values: Sequence[bytes | None],
-    timestamp_us: int,
+    namespaces: Sequence[bytes],
+    headers: Sequence[bytes],
+    timestamps: Sequence[int],
     *,
+    offsets: Sequence[int] | None = None,
     has_null: bool = True,
-) -> tuple[bytearray, np.ndarray]:
-    """RECORD frames (offset 0) for many records sharing a namespace and a timestamp, no headers.
+) -> EncodedRecords:
+    """The records block of an append: one entry per record in each sequence.
 
-    Byte for byte what :func:`append_record` produces one at a time, built without a Python
-    loop per record: the fixed headers as one numpy array, the frames with one ``join`` over an
-    interleaving built by ``itertools`` in C, and the per-record CRCs by mapping ``crc32c`` over
-    slices (also in C). Returns ``(frames, frame lengths)``. Keys must be ``str`` and values
-    ``bytes`` or ``None`` (the caller checks; ``has_null=False`` promises there is no ``None``);
-    ``UnicodeEncodeError`` for unencodable keys.
+    ``headers`` are encoded pairs blocks (``b""``: none); ``offsets`` are deltas from the
+    batch's first offset, given only by compaction (``None``: contiguous). ``has_null=False``
+    promises that no value is ``None``. ``ValueError`` if a field is too large for the format.
     """
     n = len(keys)
-    if "".join(keys).isascii():
-        kb: list[bytes] = list(map(str.encode, keys))
+    if n == 1 and offsets is None:
+        return _encode_one(keys[0], values[0], namespaces[0], headers[0], timestamps[0])
+    if n == 0:
+        return EMPTY_RECORDS
+    if n <= _SMALL:
+        block = b"".join(_block(keys, _columns_small(keys, values, namespaces, headers, timestamps, offsets)))
+        return EncodedRecords([block], n, len(block), _crc32c(block))
+    # Big appends stay in pieces (the values alone are most of the bytes): one CRC over them
+    # all, and the vectored write takes them as they are.
+    parts = _block(keys, _columns_bulk(keys, values, namespaces, headers, timestamps, offsets, has_null))
+    crc = 0
+    for part in parts:
+        crc = _crc32c_extend(crc, part)
+    return EncodedRecords(parts, n, sum(map(len, parts)), int(crc))
+
+
+class _Columns(NamedTuple):
+    """An append's per-record columns, encoded, and the fields that follow them."""
+
+    widths: tuple[int, int, int, int, int, int]  # see the format: key ... offset-delta widths
+    base_ts: int
+    columns: bytes  # the six columns and the null bitmap, back to back
+    has_nulls: bool
+    values: Sequence[bytes]  # ``b""`` for a null value
+    namespaces: bytes  # the namespace they all share, or every record's
+    headers: bytes
+
+
+def _block(keys: Sequence[bytes], cols: _Columns) -> list[bytes]:
+    """The records block's pieces: columns, the fields' bytes, padding and the trailer."""
+    fields = (b"".join(keys), b"".join(cols.values), cols.namespaces, cols.headers)
+    sizes = tuple(map(len, fields))
+    if max(sizes) > 0xFFFFFFFF:
+        raise ValueError("an append's keys, values, namespaces or headers exceed 4 GiB")
+    used = len(cols.columns) + sum(sizes)
+    flags = RECORDS_NULLS if cols.has_nulls else 0
+    trailer = _pack_trailer(len(keys), *cols.widths[:4], cols.base_ts, *cols.widths[4:], flags, 0, *sizes, 0)
+    parts = [part for part in (cols.columns, *fields) if part]
+    parts.append(ZEROS[: -used & 7] + trailer)
+    return parts
+
+
+def _length_width(length: int) -> int:
+    if length < 0x100:
+        return 1 if length else 0
+    if length < 0x10000:
+        return 2
+    if length <= 0xFFFFFFFF:
+        return 4
+    raise ValueError("a key, value or headers block larger than 4 GiB")
+
+
+def _encode_one(key: bytes, value: bytes | None, namespace: bytes, headers: bytes, ts: int) -> EncodedRecords:
+    """One record (every single-record append, group commit's common case), in a few calls.
+
+    Exactly what :func:`_encode_small` makes of one record: its namespace is the append's
+    (width 0), its timestamp the base (width 0).
+    """
+    if value is None:
+        value, nulls, flags = b"", b"\x01", RECORDS_NULLS
     else:
-        kb = [k.encode() for k in keys]
-    if has_null:
-        null = np.fromiter(map(operator.is_, values, repeat(None)), dtype=bool, count=n)
-        has_null = bool(null.any())
-    else:
-        null = np.zeros(n, dtype=bool)
-    vals: Sequence[bytes | None] = [b"" if v is None else v for v in values] if has_null else values
-    klen = np.fromiter(map(len, kb), dtype=np.int64, count=n)
-    vlen = np.fromiter(map(len, vals), dtype=np.int64, count=n)  # type: ignore[arg-type]
-    nl = len(namespace)
-    used = REC_HEADER_SIZE + nl + klen + vlen
-    flen = (used + 7) & ~7
-    hdr = np.zeros((n, 5), dtype="<u8")
-    hdr[:, 0] = flen  # the CRC (high half of this word) is filled in below
-    hdr[:, 2] = np.int64(timestamp_us).view(np.uint64)
-    hdr[:, 3] = (
-        (KIND_RECORD | (nl << 16))
-        | (null.astype(np.uint64) << np.uint64(8))
-        | (klen.astype(np.uint64) << np.uint64(32))
-    )
-    hdr[:, 4] = vlen  # headers length 0 in the high half
-    headers = hdr.view("V40").reshape(n).tolist()
-    pads = list(map(_PADS.__getitem__, (flen - used).tolist()))
-    pieces = (
-        zip(headers, repeat(namespace), kb, vals, pads) if nl else zip(headers, kb, vals, pads, strict=True)
-    )
-    joined = b"".join(chain.from_iterable(pieces))  # type: ignore[arg-type]
-    starts = np.cumsum(flen) - flen
-    crcs = np.fromiter(
-        map(
-            _crc32c,
-            map(joined.__getitem__, map(slice, (starts + REC_CRC_START).tolist(), (starts + flen).tolist())),
-        ),
-        dtype=np.uint32,
-        count=n,
-    )
-    frames = bytearray(joined)
-    np.frombuffer(frames, dtype="<u4")[(starts >> 2) + 1] = crcs
-    return frames, flen.astype(np.uint32)
-
-
-def encode_record(
-    namespace: bytes, key: bytes, value: bytes | None, headers: bytes, timestamp_us: int
-) -> bytes:
-    """One RECORD frame with offset 0 (see :func:`append_record`)."""
-    out = bytearray()
-    append_record(out, namespace, key, value, headers, timestamp_us)
-    return bytes(out)
-
-
-def stamp_offsets(frames: bytearray, lens: Lens, first: int) -> None:
-    """Write offsets ``first, first+1, …`` into consecutive record frames held in ``frames``."""
-    n = len(lens)
-    if n <= 16:  # numpy's fixed cost only pays off for bigger appends
-        pos = 0
-        for i, length in enumerate(lens):
-            _pack_offset(frames, pos + 8, first + i)
-            pos += int(length)
-        return
-    lens = np.asarray(lens, dtype=np.int64)
-    # Frames are 8-byte aligned, so each offset field is one whole 64-bit word (the second).
-    words = np.zeros(n, dtype=np.int64)
-    np.cumsum(lens[:-1] // 8, out=words[1:])
-    target = np.frombuffer(frames, dtype="<i8", count=len(frames) // 8)
-    target[words + 1] = np.arange(first, first + n, dtype=np.int64)
-
-
-def encode_begin(first: int, end: int, lens: bytes, records_len: int, flags: int = 0) -> bytes:
-    count = len(lens) // 4
-    rest = b"".join(
+        nulls, flags = b"", 0
+    kl, vl, nl, hl = len(key), len(value), len(namespace), len(headers)
+    kw, vw, hw = _length_width(kl), _length_width(vl), _length_width(hl)
+    used = kw + vw + hw + len(nulls) + kl + vl + nl + hl
+    block = b"".join(
         (
-            _pack_begin_rest(KIND_BEGIN, flags, 0, count, first, end, records_len),
-            lens,
-            ZEROS[: (count & 1) * 4],
+            kl.to_bytes(kw, "little"),
+            vl.to_bytes(vw, "little"),
+            hl.to_bytes(hw, "little"),
+            nulls,
+            key,
+            value,
+            namespace,
+            headers,
+            ZEROS[: -used & 7],
+            _pack_trailer(1, kw, vw, 0, hw, ts, 0, 0, flags, 0, kl, vl, nl, hl, 0),
         )
     )
-    return _pack_frame_prefix(len(rest) + 8, _crc32c(rest)) + rest
+    return EncodedRecords([block], 1, len(block), _crc32c(block))
 
 
-def encode_commit(
+def _columns_small(
+    keys: Sequence[bytes],
+    values: Sequence[bytes | None],
+    namespaces: Sequence[bytes],
+    headers: Sequence[bytes],
+    timestamps: Sequence[int],
+    offsets: Sequence[int] | None,
+) -> _Columns:
+    """The columns of a few records, in plain Python."""
+    n = len(keys)
+    nulls = b""
+    if None in values:
+        bitmap = bytearray((n + 7) >> 3)
+        for i, value in enumerate(values):
+            if value is None:
+                bitmap[i >> 3] |= 1 << (i & 7)
+        nulls = bytes(bitmap)
+        vals: Sequence[bytes] = [b"" if v is None else v for v in values]
+    else:
+        vals = values  # type: ignore[assignment]
+    kw, kcol = _uints_small(list(map(len, keys)), LENGTH_WIDTHS, "key")
+    vw, vcol = _uints_small(list(map(len, vals)), LENGTH_WIDTHS, "value")
+    first_ns = namespaces[0]
+    if namespaces.count(first_ns) == n:
+        nw, ncol, ns_data = 0, b"", first_ns
+    else:
+        nw, ncol = _uints_small(list(map(len, namespaces)), NAMESPACE_WIDTHS, "namespace")
+        ns_data = b"".join(namespaces)
+    hw, hcol = _uints_small(list(map(len, headers)), LENGTH_WIDTHS, "headers")
+    base = min(timestamps)
+    tw, tcol = _uints_small([t - base for t in timestamps], DELTA_WIDTHS, "timestamp")
+    ow, ocol = _uints_small(offsets, DELTA_WIDTHS, "offset") if offsets is not None else (0, b"")
+    columns = b"".join((kcol, vcol, ncol, hcol, tcol, ocol, nulls))
+    return _Columns((kw, vw, nw, hw, tw, ow), base, columns, nulls != b"", vals, ns_data, b"".join(headers))
+
+
+def _columns_bulk(
+    keys: Sequence[bytes],
+    values: Sequence[bytes | None],
+    namespaces: Sequence[bytes],
+    headers: Sequence[bytes],
+    timestamps: Sequence[int],
+    offsets: Sequence[int] | None,
+    has_null: bool,
+) -> _Columns:
+    """The columns of many records: each is one numpy conversion (``has_null=False``: no None)."""
+    n = len(keys)
+    nulls = b""
+    vals: Sequence[bytes] = values  # type: ignore[assignment]
+    if has_null:
+        null = np.fromiter(map(operator.is_, values, repeat(None)), dtype=bool, count=n)
+        if null.any():
+            nulls = np.packbits(null, bitorder="little").tobytes()
+            vals = [b"" if v is None else v for v in values]
+    kw, kcol = _uints_bulk(np.fromiter(map(len, keys), np.int64, n), LENGTH_WIDTHS, "key")
+    vw, vcol = _uints_bulk(np.fromiter(map(len, vals), np.int64, n), LENGTH_WIDTHS, "value")
+    # count() compares by identity first: write_many repeats one object, so these are quick.
+    first_ns = namespaces[0]
+    if namespaces.count(first_ns) == n:
+        nw, ncol, ns_data = 0, b"", first_ns
+    else:
+        lens = np.fromiter(map(len, namespaces), np.int64, n)
+        nw, ncol = _uints_bulk(lens, NAMESPACE_WIDTHS, "namespace")
+        ns_data = b"".join(namespaces)
+    if headers.count(b"") == n:
+        hw, hcol, hdr_data = 0, b"", b""
+    else:
+        hw, hcol = _uints_bulk(np.fromiter(map(len, headers), np.int64, n), LENGTH_WIDTHS, "headers")
+        hdr_data = b"".join(headers)
+    base = timestamps[0]
+    if timestamps.count(base) == n:
+        tw, tcol = 0, b""
+    else:
+        ts = np.fromiter(timestamps, np.int64, n)
+        base = int(ts.min())
+        # Deltas from the smallest, as unsigned 64-bit: exact even across the whole i64 range.
+        deltas = ts.view(np.uint64) - np.uint64(base & _U64)
+        tw, tcol = _uints_bulk(deltas, DELTA_WIDTHS, "timestamp")
+    ow, ocol = (0, b"")
+    if offsets is not None:
+        ow, ocol = _uints_bulk(np.asarray(offsets, dtype=np.uint64), DELTA_WIDTHS, "offset")
+    columns = b"".join((kcol, vcol, ncol, hcol, tcol, ocol, nulls))
+    return _Columns((kw, vw, nw, hw, tw, ow), base, columns, nulls != b"", vals, ns_data, hdr_data)
+
+
+def _empty_records() -> EncodedRecords:
+    block = ZEROS[:0] + _pack_trailer(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    return EncodedRecords([block], 0, len(block), _crc32c(block))
+
+
+EMPTY_RECORDS = _empty_records()
+"""The records block of an append without records (one that only updates registers)."""
+
+
+def frame_length(records: EncodedRecords, registers: Mapping[str, str] | None) -> int:
+    """The size of the BATCH frame that ``records`` and these register updates make."""
+    regs = pad8(len(encode_pairs(registers))) if registers else 0
+    return BATCH_HEADER_SIZE + regs + records.size
+
+
+def encode_batch_header(
     first: int,
     end: int,
-    count: int,
-    records_crc: int,
     commit_time_us: int,
+    records: EncodedRecords,
     registers: Mapping[str, str] | None = None,
     flags: int = 0,
 ) -> bytes:
+    """The BATCH frame's header and register updates; the records block follows it."""
+    count, crc, size = records.count, records.crc, records.size
     if registers:
         regs = encode_pairs(registers)
         rest = b"".join(
             (
-                _pack_commit_rest(
-                    KIND_COMMIT, flags, 0, count, first, end, records_crc, len(regs), commit_time_us
+                _pack_batch_rest(
+                    KIND_BATCH, flags, 0, len(regs), first, end, commit_time_us, count, crc, size, 0
                 ),
                 regs,
                 ZEROS[: -len(regs) & 7],
             )
         )
     else:
-        rest = _pack_commit_rest(KIND_COMMIT, flags, 0, count, first, end, records_crc, 0, commit_time_us)
-    return _pack_frame_prefix(len(rest) + 8, _crc32c(rest)) + rest
-
-
-def lens_to_bytes(lens: Lens) -> bytes:
-    """The BEGIN frame's length index: little-endian u32s."""
-    if isinstance(lens, array) and lens.typecode == "I" and lens.itemsize == 4 and _LITTLE:
-        return lens.tobytes()
-    return np.asarray(lens, dtype="<u4").tobytes()
+        rest = _pack_batch_rest(KIND_BATCH, flags, 0, 0, first, end, commit_time_us, count, crc, size, 0)
+    length = len(rest) + 8 + size
+    if length > MAX_FRAME_BYTES:
+        raise ValueError("an append is larger than 4 GiB on disk")
+    return _pack_frame_prefix(length, _crc32c(rest)) + rest
 
 
 def encode_batch(
-    frames: bytes | bytearray,
-    lens: Lens,
+    records: EncodedRecords,
     first: int,
     commit_time_us: int,
     registers: Mapping[str, str] | None = None,
     *,
     end: int | None = None,
     flags: int = 0,
-) -> list[bytes | bytearray]:
-    """The buffers of one batch (to be written with one vectored write): BEGIN, records, COMMIT.
-
-    ``frames`` must already carry their offsets (see :func:`stamp_offsets`).
-    """
-    count = len(lens)
+) -> list[bytes]:
+    """A whole BATCH frame, as the buffers of one vectored write: header, then the records."""
     if end is None:
-        end = first + count
-    lens_b = lens_to_bytes(lens)
-    records_crc = _crc32c(frames if type(frames) is bytes else bytes(frames))
-    begin = encode_begin(first, end, lens_b, len(frames), flags)
-    commit = encode_commit(first, end, count, records_crc, commit_time_us, registers, flags)
-    return [begin, frames, commit] if count else [begin, commit]
-
-
-def encode_single(
-    prefix: bytes | bytearray, body: bytes | bytearray, offset: int, commit_time_us: int
-) -> bytes:
-    """A whole one-record batch, BEGIN to COMMIT, from the record's (prefix, body) halves.
-
-    Exactly what :func:`encode_batch` produces for one record, in about half the calls: this is
-    the per-append cost of many threads appending one record each (group commit).
-    """
-    length = len(body) + REC_CRC_START
-    frame = b"".join((prefix[:8], pack_i64(offset), body))
-    begin = _pack_begin_rest(KIND_BEGIN, 0, 0, 1, offset, offset + 1, length) + _pack_u32(length) + ZEROS[:4]
-    commit = _pack_commit_rest(KIND_COMMIT, 0, 0, 1, offset, offset + 1, _crc32c(frame), 0, commit_time_us)
-    return b"".join(
-        (
-            _pack_frame_prefix(len(begin) + 8, _crc32c(begin)),
-            begin,
-            frame,
-            _pack_frame_prefix(len(commit) + 8, _crc32c(commit)),
-            commit,
-        )
-    )
+        end = first + records.count
+    return [encode_batch_header(first, end, commit_time_us, records, registers, flags), *records.parts]

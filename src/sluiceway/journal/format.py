@@ -4,14 +4,53 @@ A segment file is::
 
     SEGMENT_MAGIC (8 bytes) | SEGMENT frame | batch | batch | ...
 
-and one batch (one committed append) is::
+and one batch is one committed append. Every frame starts with ``u32 length`` (of the whole
+frame) and ``u32 crc32c``, and is padded with zero bytes to a multiple of 8, so every frame
+starts 8-byte aligned in the file. All integers are little-endian. Two batch formats exist;
+the kind byte at offset 8 of a batch tells them apart, so one segment can hold both.
 
-    BEGIN frame | RECORD frame * count | COMMIT frame
+**Format 2: one BATCH frame per append** (written by this version; segment version 2). As in
+Kafka's record batch, one CRC32C covers all of an append's records and the per-record framing
+is lean. The frame is a commit header, the register updates and the records block::
 
-Every frame starts with ``u32 length`` (of the whole frame) and ``u32 crc32c``, and is padded
-with zero bytes to a multiple of 8, so every frame starts 8-byte aligned in the file: the bulk
-decoder gathers a record's fixed header as five 64-bit words instead of forty bytes. All
-integers are little-endian.
+    0  u32 length        4  u32 crc32c of [8, records block): header and register updates
+    8  u8  kind=5        9  u8 flags (1 = COMPACTED)   10 u16 0   12 u32 registers length
+    16 i64 first offset  24 i64 end offset             32 i64 commit time (µs)
+    40 u32 count         44 u32 records crc32c         48 u32 records length   52 u32 0
+    56 register updates (pairs block) | zero padding to 8 | records block
+
+The records block is built and checksummed by the appending thread before the append joins a
+commit group; the committer adds only the 56-byte header (offsets, time, registers), whose
+CRC covers the records CRC. It is columnar — every record's lengths first, then each field's
+bytes back to back — and closes with a 40-byte trailer that says how to cut it::
+
+    key lengths | value lengths | namespace lengths | header-block lengths
+    | timestamp deltas | offset deltas | null bitmap
+    | keys | values | namespaces | header blocks | zero padding to 8 | trailer
+
+    trailer: 0 u32 count   4 u8 key, value, namespace and header length widths
+             8 i64 base timestamp   16 u8 timestamp-delta width   17 u8 offset-delta width
+             18 u8 flags (1 = a null bitmap is present)   19 u8 0
+             20 u32 key bytes   24 u32 value bytes   28 u32 namespace bytes
+             32 u32 header bytes   36 u32 0
+
+Each per-record column is ``count`` unsigned integers of one width chosen per append — the
+smallest of 1, 2, 4 (8 for deltas) bytes that holds the column's largest value, or 0 bytes
+when every value is 0: Kafka's varints, but laid out so that both the encoder and the Arrow
+decoder handle a whole column with one numpy operation instead of a loop per record. So a
+namespace shared by the whole append is stored once (width 0, the ``namespace bytes`` are
+that one namespace); equal timestamps cost nothing (width 0: every record has the base
+timestamp, else base + delta, the base being the smallest); offsets are ``first + i`` unless
+compaction removed records (width > 0: ``first + delta``); the null bitmap (bit ``i``, least
+significant first: value ``i`` is null, a tombstone) is present only if some value is null.
+The trailer sits at the end so that every field has at least 12 readable bytes after its
+start, which the Arrow decoder's binary views rely on, and 8-byte aligned, so the decoder
+gathers the trailers of many appends as 64-bit words.
+
+A damaged records block is located to its append (one checksum covers it); the header, which
+a reader checks when it only seeks past a batch, has its own checksum.
+
+**Format 1: BEGIN | RECORD * count | COMMIT** (segment version 1; read, never written).
 
 RECORD frame (40-byte fixed header, then the variable fields back to back)::
 
@@ -21,33 +60,29 @@ RECORD frame (40-byte fixed header, then the variable fields back to back)::
     26 u16 namespace length   28 u32 key length   32 u32 value length   36 u32 headers length
     40 namespace | key | value | headers block | zero padding to a multiple of 8
 
-The record CRC deliberately leaves out the offset: offsets are assigned when the append
-commits, after the record was encoded, and leaving them out lets the committer stamp a whole
-append's offsets with one vectorised store instead of re-checksumming every record on the
-serialized commit path. The offset is still covered by the batch checksum in the COMMIT frame
-and is checked for contiguity against BEGIN/COMMIT on every read.
+The record CRC leaves out the offset (assigned at commit, after the record was encoded); the
+offset is covered by the batch checksum in the COMMIT frame and checked for contiguity.
 
 BEGIN frame: ``len, crc, kind=1, flags, u16 0, u32 count, i64 first, i64 end, u64 records_len``
-followed by ``count`` u32 record-frame lengths. The length index is what makes the bulk
-(Arrow) decoder vectorised: record boundaries come from a cumulative sum, not a pointer chase.
+followed by ``count`` u32 record-frame lengths.
 
 COMMIT frame: ``len, crc, kind=3, flags, u16 0, u32 count, i64 first, i64 end,
-u32 records_crc, u32 registers_len, i64 commit_time`` followed by the register updates. A batch
-is committed if and only if its COMMIT frame is present and valid: recovery truncates anything
-after the last valid COMMIT. ``records_crc`` is one crc32c over all record frames, so readers
-verify a whole append with a single call; per-record CRCs locate the damage when it fails.
+u32 records_crc, u32 registers_len, i64 commit_time`` followed by the register updates.
+``records_crc`` is one crc32c over all record frames; per-record CRCs locate damage to a record.
 
-``end - first == count`` except in segments rewritten by compaction (flag ``COMPACTED``), where
-records were removed and the surviving offsets keep their values (strictly increasing).
+**Both formats.** A batch is committed if and only if it is complete and its checksums hold:
+recovery truncates a torn tail after the last valid batch. ``end - first == count`` except in
+batches rewritten by compaction (flag ``COMPACTED``), where records were removed and the
+surviving offsets keep their values (strictly increasing).
 
 Register and header blocks use one "pairs" layout: ``u32 n``, ``n * (u32 klen, u32 vlen)``,
 then ``k0 v0 k1 v1 ...`` as UTF-8.
 
 This module is the layout (constants and struct layouts) and the small frames that are
 written rarely: segment header, HEAD, offset-log entries. The two hot paths live apart, so
-tuning one cannot disturb the other: :mod:`sluiceway.journal.encode` builds records and
-batches (the append path), :mod:`sluiceway.journal.parse` reads them back (readers, recovery,
-compaction).
+tuning one cannot disturb the other: :mod:`sluiceway.journal.encode` builds batches (the
+append path), :mod:`sluiceway.journal.parse` reads them back (readers, recovery,
+compaction) and :mod:`sluiceway.journal.arrow` decodes them in bulk.
 """
 
 from __future__ import annotations
@@ -63,15 +98,25 @@ from google_crc32c import value as _crc32c
 SEGMENT_MAGIC = b"SLJSEG\x00\x01"
 HEAD_MAGIC = b"SLJH"
 CONSUMERS_MAGIC = b"SLJCON\x00\x01"
-FORMAT_VERSION = 1
+SEGMENT_VERSION = 2
+"""New segments hold BATCH frames (format 2); older versions stay readable."""
+READABLE_SEGMENT_VERSIONS = (1, 2)
+HEAD_VERSION = 1
 
 KIND_BEGIN = 1
 KIND_RECORD = 2
 KIND_COMMIT = 3
 KIND_SEGMENT = 4
+KIND_BATCH = 5
 
-FLAG_NULL_VALUE = 1  # record: value is None (tombstone)
-FLAG_COMPACTED = 1  # BEGIN/COMMIT: offsets in the batch may have gaps
+FLAG_NULL_VALUE = 1  # format 1 record: value is None (tombstone)
+FLAG_COMPACTED = 1  # BEGIN/COMMIT/BATCH: offsets in the batch may have gaps
+RECORDS_NULLS = 1  # records trailer: a null bitmap is present
+
+MAX_FRAME_BYTES = 0xFFFFFFFF  # a BATCH frame's length is a u32: an append is at most 4 GiB on disk
+LENGTH_WIDTHS = (0, 1, 2, 4)  # bytes per key, value and header-block length
+NAMESPACE_WIDTHS = (0, 1, 2)  # namespaces are at most 0xFFFF bytes
+DELTA_WIDTHS = (0, 1, 2, 4, 8)  # timestamp and offset deltas
 
 HEAD_SYNCED = 1  # HEAD: the writer fsyncs, so HEAD's position is known durable
 
@@ -85,6 +130,8 @@ REC_BODY = struct.Struct("<qBBHIII")
 REC_PREFIX = struct.Struct("<IIq")
 BEGIN = struct.Struct("<IIBBHIqqQ")
 COMMIT = struct.Struct("<IIBBHIqqIIq")
+BATCH = struct.Struct("<IIBBHIqqqIIII")
+RECORDS_TRAILER = struct.Struct("<I4Bq4B5I")
 SEGMENT_HEADER = struct.Struct("<IIBBHIqqI")
 HEAD = struct.Struct("<4sBBHqqq")
 CONSUMER_ENTRY = struct.Struct("<IIq")
@@ -92,6 +139,8 @@ _U32 = struct.Struct("<I")
 _PAIR_LENS = struct.Struct("<II")
 
 REC_HEADER_SIZE = REC_HEADER.size  # 40
+BATCH_HEADER_SIZE = BATCH.size  # 56
+TRAILER_SIZE = RECORDS_TRAILER.size  # 40
 REC_CRC_START = 16  # the record CRC covers [16, length): everything but length, crc and offset
 HEAD_SIZE = HEAD.size + 4
 SEGMENT_DATA_MIN = len(SEGMENT_MAGIC) + SEGMENT_HEADER.size
@@ -167,12 +216,13 @@ class SegmentHeader:
     created_us: int
     registers: dict[str, str]
     data_start: int  # file position of the first batch
+    version: int = SEGMENT_VERSION
 
 
 def encode_segment_header(base: int, created_us: int, registers: Mapping[str, str]) -> bytes:
     regs = encode_pairs(registers)
     rest = (
-        SEGMENT_HEADER.pack(0, 0, KIND_SEGMENT, FORMAT_VERSION, 0, 0, base, created_us, len(regs))[8:] + regs
+        SEGMENT_HEADER.pack(0, 0, KIND_SEGMENT, SEGMENT_VERSION, 0, 0, base, created_us, len(regs))[8:] + regs
     )
     rest += ZEROS[: -(len(rest) + 8) & 7]
     return SEGMENT_MAGIC + FRAME_PREFIX.pack(len(rest) + 8, _crc32c(rest)) + rest
@@ -188,14 +238,16 @@ def decode_segment_header(buf: bytes) -> SegmentHeader:
     length, crc, kind, version, _flags, _res, base, created, regs_len = SEGMENT_HEADER.unpack_from(buf, p)
     if kind != KIND_SEGMENT or length != pad8(SEGMENT_HEADER.size + regs_len):
         raise ValueError("segment header is malformed")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_SEGMENT_VERSIONS:
         raise ValueError(f"unsupported segment format version {version}")
     if p + length > len(buf):
         raise ValueError("segment header is truncated")
     if crc32c(bytes(buf[p + 8 : p + length])) != crc:
         raise ValueError("segment header checksum mismatch")
     regs = dict(decode_pairs(buf, p + SEGMENT_HEADER.size, regs_len))
-    return SegmentHeader(base=base, created_us=created, registers=regs, data_start=p + length)
+    return SegmentHeader(
+        base=base, created_us=created, registers=regs, data_start=p + length, version=version
+    )
 
 
 # --- HEAD (the writer's published durable position) -----------------------------------------
@@ -214,7 +266,7 @@ class HeadState(NamedTuple):
 def encode_head(state: HeadState) -> bytes:
     body = HEAD.pack(
         HEAD_MAGIC,
-        FORMAT_VERSION,
+        HEAD_VERSION,
         HEAD_SYNCED if state.synced else 0,
         0,
         state.head,
@@ -232,7 +284,7 @@ def decode_head(buf: bytes) -> HeadState | None:
     if _U32.unpack_from(buf, HEAD.size)[0] != crc32c(body):
         return None
     magic, version, flags, _r, head, segment, position = HEAD.unpack(body)
-    if magic != HEAD_MAGIC or version != FORMAT_VERSION:
+    if magic != HEAD_MAGIC or version != HEAD_VERSION:
         return None
     return HeadState(head=head, segment=segment, position=position, synced=bool(flags & HEAD_SYNCED))
 

@@ -88,7 +88,7 @@ class Maintenance:
             latest: dict[tuple[bytes, bytes], int] = {}
             for base in bases:
                 for buf, batch in self._segment_batches(base, view):
-                    for off, ns, key, _pos, _len in iter_keys(buf, batch):
+                    for off, ns, key in iter_keys(buf, batch):
                         latest[(ns, key)] = off
             rewritten = removed = before = after = 0
             for base in candidates:
@@ -100,7 +100,7 @@ class Maintenance:
                     batches = segment_batches(buf, header)
                 except ValueError as exc:
                     raise CorruptRecordError(path, 0, None, f"cannot compact: {exc}") from None
-                entries = ((off, ns, key) for b in batches for off, ns, key, _p, _l in iter_keys(buf, b))
+                entries = (entry for b in batches for entry in iter_keys(buf, b))
                 drop = select_removals(entries, latest, below)
                 if not drop:
                     continue

@@ -63,14 +63,14 @@ def plan_recovery(buf: bytes, header: SegmentHeader, durable_pos: int | None) ->
             elif durable_pos is not None and parsed.next_pos <= durable_pos:
                 # Acknowledged, structurally intact, payload damaged: keep it so offsets stay
                 # assigned and the rest of the segment stays readable; reads of it will fail.
-                damaged.append((pos, "record checksum mismatch"))
+                damaged.append((pos, "records checksum mismatch"))
                 head = parsed.end
                 registers.update(parsed.registers)
                 pos = parsed.next_pos
                 batches += 1
                 continue
             else:
-                reason = "record checksum mismatch"
+                reason = "records checksum mismatch"
         elif isinstance(parsed, Incomplete):
             reason = "truncated batch"
         else:

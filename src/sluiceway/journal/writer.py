@@ -8,9 +8,10 @@ in one place:
   open for writing. ``flock`` (not ``fcntl``/``lockf`` record locks) because its lock belongs to
   the open file, so an unrelated ``close()`` of the same file elsewhere in the process cannot
   silently drop it, and a second writer in the same process is refused like one in another.
-* **Appends buffer** their records in memory (encoded, checksummed) and touch no file until
-  they commit (:mod:`sluiceway.journal.append`), so aborting is free and a crashed append
-  leaves at most a torn tail. The writer sees only their frames and expectations.
+* **Appends buffer** their records in memory and touch no file until they commit
+  (:mod:`sluiceway.journal.append`), so aborting is free and a crashed append leaves at most a
+  torn tail. The writer sees only their encoded, checksummed records blocks and expectations:
+  per append, the leader adds a 56-byte header (offsets, commit time, register updates).
 * **Group commit.** A committing append joins a queue. If no flush is in progress it becomes
   the *leader*: it takes the whole queue, checks each append's expectations in queue order
   against the head and registers as they will be after the appends before it, assigns
@@ -42,13 +43,12 @@ import fcntl
 import logging
 import os
 import threading
-from array import array
 from collections.abc import Callable, Mapping
 from typing import Final
 
 from sluiceway.journal.append import Clock, Expectations
 from sluiceway.journal.consumers import create_offset_log
-from sluiceway.journal.encode import encode_batch, encode_single, pack_i64, stamp_offsets
+from sluiceway.journal.encode import EncodedRecords, encode_batch_header
 from sluiceway.journal.errors import (
     CorruptRecordError,
     ExpectationFailed,
@@ -56,7 +56,13 @@ from sluiceway.journal.errors import (
     JournalError,
     JournalLockedError,
 )
-from sluiceway.journal.format import HeadState, decode_segment_header, encode_head, segment_name
+from sluiceway.journal.format import (
+    SEGMENT_VERSION,
+    HeadState,
+    decode_segment_header,
+    encode_head,
+    segment_name,
+)
 from sluiceway.journal.head import HEAD_FILE, read_head_file
 from sluiceway.journal.index import INDEX_EVERY, SparseIndex
 from sluiceway.journal.recovery import DamagedSegment, plan_recovery
@@ -96,7 +102,7 @@ def check_expectations(
 
 
 class _Pending:
-    """A committing append waiting in the queue: its frames, its expectations, its outcome.
+    """A committing append waiting in the queue: its records, its expectations, its outcome.
 
     ``wake`` is a lock held from creation and released exactly once: when the append's group is
     done, or when it is promoted to lead the next group. One lock per waiter (rather than one
@@ -104,11 +110,10 @@ class _Pending:
     instead of every queued thread fighting for the GIL only to go back to sleep.
     """
 
-    __slots__ = ("done", "error", "expectations", "lens", "parts", "result", "wake")
+    __slots__ = ("done", "error", "expectations", "records", "result", "wake")
 
-    def __init__(self, parts: list[bytes | bytearray], lens: array[int], expectations: Expectations) -> None:
-        self.parts = parts
-        self.lens = lens
+    def __init__(self, records: EncodedRecords, expectations: Expectations) -> None:
+        self.records = records
         self.expectations = expectations
         self.done = False
         self.error: BaseException | None = None
@@ -245,6 +250,12 @@ class Writer:
         self._write_head(self.view, sync=True)
         if published is None:
             fsync_dir(self.path)
+        if header.version < SEGMENT_VERSION:
+            # Written by an earlier version: append to a new segment, so that every segment's
+            # version tells which batch formats it may hold (and an older reader refuses a
+            # newer segment by its version rather than calling its batches corrupt). A segment
+            # that holds no records yet is replaced in place (same base, registers and age).
+            self._roll(header.created_us if self._head == last else None)
 
     def _segment_flags(self) -> int:
         # O_DSYNC: each write returns once durable (see the module docstring for why).
@@ -257,9 +268,9 @@ class Writer:
             os.fsync(self._head_fd)
 
     # --- appending: group commit --------------------------------------------------------------
-    def commit(self, parts: list[bytes | bytearray], lens: array[int], expectations: Expectations) -> range:
-        """Commit one append's encoded frames (one length per record); its offsets once durable."""
-        pending = _Pending(parts, lens, expectations)
+    def commit(self, records: EncodedRecords, expectations: Expectations) -> range:
+        """Commit one append's encoded records; its offsets once durable."""
+        pending = _Pending(records, expectations)
         with self._mutex:
             if self.closed:
                 raise JournalClosedError(f"journal {self.path} is closed")
@@ -327,7 +338,7 @@ class Writer:
         now = self.clock()
         first = head = self._head
         registers = self.registers
-        parts: list[bytes | bytearray] = []
+        parts: list[bytes] = []
         assigned: list[_Pending] = []
         for p in group:
             expect = p.expectations
@@ -337,28 +348,15 @@ class Writer:
                 if failed is not None:
                     p.error = failed
                     continue
-            n = len(p.lens)
+            records = p.records
+            n = records.count
             if n == 0 and not sets:
                 p.result = range(head, head)
                 continue
-            if n == 1 and len(p.parts) == 2 and not sets:
-                # The common single-record append, encoded in one step.
-                prefix, body = p.parts
-                parts.append(encode_single(prefix, body, head, now))
-                p.result = range(head, head + 1)
-                head += 1
-                assigned.append(p)
-                continue
-            if n == 1 and len(p.parts) == 2:
-                prefix, body = p.parts
-                frames = b"".join((prefix[:8], pack_i64(head), body))
-            else:
-                only = p.parts[0] if len(p.parts) == 1 else None
-                # write_many's frames arrive as one bytearray: stamp them in place, no extra copy.
-                stamped = only if type(only) is bytearray else bytearray().join(p.parts)
-                stamp_offsets(stamped, p.lens, head)
-                frames = bytes(stamped)
-            parts.extend(encode_batch(frames, p.lens, head, now, sets))
+            # The records block was encoded and checksummed by the appending thread; all that
+            # depends on the group (offsets, time, registers) is this header.
+            parts.append(encode_batch_header(head, head + n, now, records, sets))
+            parts.extend(records.parts)
             p.result = range(head, head + n)
             head += n
             if sets:
@@ -413,10 +411,11 @@ class Writer:
             self.failed = exc
             raise JournalError(f"journal {self.path}: could not publish HEAD: {exc}") from exc
 
-    def _roll(self) -> None:
-        """Leader only: start a new segment at the current head."""
+    def _roll(self, created_us: int | None = None) -> None:
+        """Leader only: start a new segment at the current head (default creation time: now)."""
         base = self._head
-        path = write_segment_file(self.path, base, self.clock(), self.registers, fsync=self.fsync)
+        created = self.clock() if created_us is None else created_us
+        path = write_segment_file(self.path, base, created, self.registers, fsync=self.fsync)
         fd = os.open(path, self._segment_flags())
         old = self.seg_fd
         st = os.fstat(fd)

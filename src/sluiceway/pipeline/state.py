@@ -14,7 +14,6 @@ the CLI can both update it.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import uuid
@@ -23,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from sluiceway.files import exclusive, write_json
 
 
 @dataclass
@@ -69,20 +70,12 @@ class StateStore:
         return SinkState(**known)
 
     def save(self, state: SinkState) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(asdict(state), indent=1, sort_keys=True))
-        os.replace(tmp, self.path)
+        write_json(self.path, asdict(state))
 
     @contextlib.contextmanager
     def update(self) -> Iterator[SinkState]:
         """Load, let the block change it, save — all under the state's lock."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with open(self.dir / "lock", "a+") as lock:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-            try:
-                state = self.load()
-                yield state
-                self.save(state)
-            finally:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+        with exclusive(self.dir / "lock"):
+            state = self.load()
+            yield state
+            self.save(state)

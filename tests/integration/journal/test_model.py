@@ -7,7 +7,6 @@ import os
 import shutil
 import tempfile
 
-import numpy as np
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -93,11 +92,14 @@ class JournalModel(RuleBasedStateMachine):
     @rule(records=records_st.filter(bool), cut=st.floats(min_value=0.0, max_value=0.999))
     def crash_mid_append(self, records: list[Rec], cut: float) -> None:
         """The writer dies while its last append is being written: a prefix of the batch is on disk."""
-        frames = bytearray()
-        lens = [encode.append_record(frames, ns.encode(), k.encode(), v, b"", 0) for ns, k, v in records]
-        arr = np.asarray(lens, dtype=np.uint32)
-        encode.stamp_offsets(frames, arr, self.head)
-        batch = b"".join(encode.encode_batch(bytes(frames), arr, self.head, 0, {"x": "torn"}))
+        encoded = encode.encode_records(
+            [k.encode() for _ns, k, _v in records],
+            [v for _ns, _k, v in records],
+            [ns.encode() for ns, _k, _v in records],
+            [b""] * len(records),
+            [0] * len(records),
+        )
+        batch = b"".join(encode.encode_batch(encoded, self.head, 0, {"x": "torn"}))
         seg = self.j.segments()[-1].path
         self.j._release()  # no clean close: exactly what a SIGKILL leaves behind
         with open(seg, "ab") as f:

@@ -6,7 +6,6 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from sluiceway.journal import (
@@ -43,7 +42,7 @@ def seg_files(path: str) -> list[str]:
 # --- segments and reading -------------------------------------------------------------------
 def test_segments_roll_by_size_and_are_named_by_base_offset(path: str) -> None:
     with Journal.open(path, segment_bytes=8192) as j:
-        fill(j, 300, per_append=10, size=60)
+        fill(j, 300, per_append=10, size=100)
         segs = j.segments()
         assert len(segs) > 3
         assert segs[0].base == 0
@@ -146,12 +145,10 @@ def test_torn_tail_is_truncated_on_open(path: str) -> None:
         append(j, ("a", b"1"), ("b", b"2"))
     seg = seg_files(path)[-1]
     good_size = os.path.getsize(seg)
-    frames = bytearray()
-    lens = np.asarray([encode.append_record(frames, b"", b"torn", b"x" * 500, b"", 0)], dtype=np.uint32)
-    encode.stamp_offsets(frames, lens, 2)
-    whole = b"".join(encode.encode_batch(bytes(frames), lens, 2, 0))
+    records = encode.encode_records([b"torn", b"t2"], [b"x" * 500, None], [b"", b""], [b"", b""], [0, 0])
+    whole = b"".join(encode.encode_batch(records, 2, 0))
     with open(seg, "ab") as f:
-        f.write(whole[: len(whole) - 10])  # the COMMIT frame never made it
+        f.write(whole[: len(whole) - 10])  # the end of the records block never made it
     with Journal.open(path) as j:
         assert os.path.getsize(seg) == good_size
         assert keys(list(j.read())) == ["a", "b"]
@@ -165,7 +162,7 @@ def test_damage_in_acknowledged_data_is_refused_not_truncated(path: str) -> None
     seg = seg_files(path)[-1]
     raw = bytearray(Path(seg).read_bytes())
     header = fmt.decode_segment_header(bytes(raw))
-    raw[header.data_start + 4] ^= 0xFF  # the first batch's BEGIN checksum
+    raw[header.data_start + 4] ^= 0xFF  # the first batch's header checksum
     Path(seg).write_bytes(bytes(raw))
     with pytest.raises(CorruptRecordError) as exc:
         Journal.open(path)
@@ -182,19 +179,20 @@ def test_corrupt_record_is_reported_never_returned(path: str) -> None:
     header = fmt.decode_segment_header(bytes(raw))
     batch = parse.parse_batch(bytes(raw), header.data_start)
     assert isinstance(batch, parse.ParsedBatch)
-    second = batch.records_pos + int(batch.lens(bytes(raw))[0])
-    raw[second + 60] ^= 0x01  # one bit inside the second record's value
+    raw[batch.records_end - fmt.TRAILER_SIZE - 150] ^= 0x01  # one bit inside the second record's value
     Path(target.path).write_bytes(bytes(raw))
     with Journal.open(path) as j:
         got: list[int] = []
         with pytest.raises(CorruptRecordError) as exc:
             got.extend(r.offset for r in j.read())
         assert got == list(range(target.base))  # everything before the damaged batch, nothing after
+        # One checksum covers an append's records: the damage is located to the append.
         assert (exc.value.path, exc.value.position, exc.value.offset) == (
             target.path,
-            second,
-            target.base + 1,
+            header.data_start,
+            target.base,
         )
+        assert exc.value.reason == f"append checksum mismatch (offsets {target.base} to {target.base + 2})"
         with pytest.raises(CorruptRecordError):
             list(j.read_arrow())
         # Reading around the damaged batch still works.
@@ -231,7 +229,7 @@ def test_retention_by_size_removes_oldest_closed_segments(path: str) -> None:
 def test_retention_by_age_uses_an_injected_clock(path: str) -> None:
     now = [1_000_000_000_000]
     with Journal.open(path, segment_bytes=4096, retention_age=60, clock=lambda: now[0]) as j:
-        fill(j, 100, per_append=5, size=80)
+        fill(j, 100, per_append=5, size=120)
         n = len(j.segments())
         assert n > 3
         assert j.compact().segments_expired == 0

@@ -1,4 +1,8 @@
-"""The vectorised Arrow decoder must agree with the per-record decoder on every input."""
+"""The vectorised Arrow decoder must agree with the per-record decoder on every input.
+
+Inputs mix both batch formats: a journal written before format 2 holds format-1 batches, and
+compaction or an upgrade can put both in one segment (and so in one read buffer).
+"""
 
 from __future__ import annotations
 
@@ -11,9 +15,10 @@ from sluiceway.journal import format as fmt
 from sluiceway.journal import parse
 from sluiceway.journal.arrow import decode_arrow
 from sluiceway.journal.compaction import compact_segment_bytes
+from sluiceway.journal.format import FLAG_COMPACTED
 from sluiceway.journal.parse import RecordProblem
-from sluiceway.journal.record import ARROW_SCHEMA, Record
-from tests.support.journal_format import build_batch, parse_all, parse_ok
+from sluiceway.journal.record import ARROW_SCHEMA
+from tests.support.journal_format import as_rows, build_batch, build_batch_v1, parse_all, parse_ok
 
 text = st.text(max_size=30)
 record_st = st.tuples(
@@ -25,21 +30,6 @@ record_st = st.tuples(
 )
 
 
-def as_rows(records: list[Record]) -> list[dict[str, object]]:
-    return [
-        {
-            "offset": r.offset,
-            "namespace": r.namespace,
-            "op": "insert",
-            "key": r.key,
-            "value": r.value,
-            "headers": [{"key": k, "value": v} for k, v in r.headers],
-            "timestamp": r.timestamp,
-        }
-        for r in records
-    ]
-
-
 def check_equivalent(buf: bytes, lo: int, hi: int) -> None:
     batches = parse_all(buf)
     rb = decode_arrow(buf, batches, lo, hi)
@@ -48,12 +38,13 @@ def check_equivalent(buf: bytes, lo: int, hi: int) -> None:
     assert rb.to_pylist() == as_rows(want)
 
 
-@settings(max_examples=80, deadline=None)
-@given(st.lists(st.lists(record_st, max_size=8), max_size=5), st.data())
-def test_arrow_matches_iterator(commits: list[list[tuple]], data: st.DataObject) -> None:  # type: ignore[type-arg]
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.lists(record_st, max_size=20), st.booleans()), max_size=6), st.data())
+def test_arrow_matches_iterator(commits: list[tuple[list[tuple], bool]], data: st.DataObject) -> None:  # type: ignore[type-arg]
     buf, first = b"", 0
-    for recs in commits:
-        buf += build_batch(recs, first, {"r": "1"} if not recs else None)
+    for recs, old in commits:
+        build = build_batch_v1 if old else build_batch
+        buf += build(recs, first, {"r": "1"} if not recs else None)
         first += len(recs)
     if not buf:
         return
@@ -62,11 +53,20 @@ def test_arrow_matches_iterator(commits: list[list[tuple]], data: st.DataObject)
     check_equivalent(buf, lo, hi)
 
 
-@pytest.mark.parametrize("size", [0, 1, 7, 8, 12, 13, 100, 5000])
+@pytest.mark.parametrize("size", [0, 1, 7, 8, 12, 13, 100, 5000, 70_000])
 def test_value_sizes_around_the_inline_limit(size: int) -> None:
     recs = [("", f"k{i}", bytes([65 + i % 26]) * (size + i % 3), [], i) for i in range(50)]
     recs.append(("ns", "tomb", None, [("a", "b")], 0))
     check_equivalent(build_batch(recs, 3), 0, 100)
+    check_equivalent(build_batch_v1(recs, 3), 0, 100)
+
+
+def test_last_fields_of_the_buffer_are_read_whole() -> None:
+    """Views read 12 bytes from a field's start: the trailer guarantees them at a buffer's end."""
+    for n in (1, 2, 17):
+        recs = [("", "k" * 13, b"v" * 13, [], 0)] * n
+        buf = build_batch(recs, 0)
+        check_equivalent(buf, 0, 100)
 
 
 def test_many_headers_and_unicode() -> None:
@@ -90,13 +90,26 @@ def test_compacted_batches_with_gaps() -> None:
 
 
 def test_structural_damage_fails_loudly() -> None:
-    buf = bytearray(build_batch([("", "a", b"x", [], 0), ("", "b", b"y", [], 0)], 0))
+    buf = bytearray(build_batch_v1([("", "a", b"x", [], 0), ("", "b", b"y", [], 0)], 0))
     batch = parse_ok(bytes(buf))
     second = batch.records_pos + int(batch.lens(bytes(buf))[0])
     fmt.REC_PREFIX.pack_into(buf, second, *fmt.REC_PREFIX.unpack_from(buf, second)[:2], 0)  # repeat offset 0
     with pytest.raises(RecordProblem) as exc:
         decode_arrow(bytes(buf), [batch], 0, 10)
     assert exc.value.position == second
+
+
+def test_format2_structural_damage_fails_loudly() -> None:
+    recs = [("", "a", b"x", [], 0), ("", "b", b"y", [], 0)]
+    buf = build_batch(recs, 0, offsets=[3, 3], end=5, flags=FLAG_COMPACTED)  # a repeated offset
+    batch = parse_ok(buf)
+    with pytest.raises(RecordProblem) as exc:
+        decode_arrow(buf, [batch], 0, 10)
+    assert (exc.value.position, exc.value.offset) == (batch.records_pos, 3)
+    damaged = bytearray(build_batch(recs, 0))
+    damaged[-fmt.TRAILER_SIZE + 20] += 1  # the keys' byte count no longer matches their lengths
+    with pytest.raises(RecordProblem):
+        decode_arrow(bytes(damaged), [parse_ok(bytes(damaged))], 0, 10)
 
 
 def test_empty_inputs() -> None:

@@ -1,8 +1,13 @@
-"""The on-disk format: frames, batches, HEAD and offset-log entries, without any file I/O."""
+"""The on-disk format: frames, batches, HEAD and offset-log entries, without any file I/O.
+
+Format 2 (BATCH frames) is what the journal writes; format 1 (BEGIN…COMMIT, built here with the
+frozen encoder in ``tests/support/journal_v1.py``) is what older versions wrote and must stay readable.
+"""
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Callable
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,19 +18,18 @@ from sluiceway.journal.append import AppendTransaction
 from sluiceway.journal.errors import InvalidJournalRecord
 from sluiceway.journal.format import FLAG_COMPACTED, HeadState
 from sluiceway.journal.parse import Incomplete, Invalid, ParsedBatch, RecordProblem
-from sluiceway.journal.record import Record
-from tests.support.journal_format import build_batch, parse_ok
-
-text = st.text(max_size=20)
-records_st = st.lists(
-    st.tuples(
-        text,  # namespace
-        text,  # key
-        st.one_of(st.none(), st.binary(max_size=60)),
-        st.lists(st.tuples(text, text), max_size=3),
-        st.integers(min_value=-(2**62), max_value=2**62),
-    ),
-    max_size=12,
+from tests.support import journal_v1
+from tests.support.journal_format import (
+    Rec,
+    as_records,
+    both_formats,
+    build_batch,
+    build_batch_v1,
+    encode_recs,
+    parse_ok,
+    record_st,
+    records_st,
+    text,
 )
 
 
@@ -47,15 +51,21 @@ def test_pairs_reject_overruns_and_trailing_bytes() -> None:
         fmt.decode_pairs(b"\x05\x00\x00\x00", 0, 4)
 
 
-# --- records and batches --------------------------------------------------------------------
+# --- batches, both formats ------------------------------------------------------------------
+@both_formats
 @settings(max_examples=60, deadline=None)
-@given(records_st, st.integers(min_value=0, max_value=2**40), st.dictionaries(text, text, max_size=3))
+@given(
+    records=records_st,
+    first=st.integers(min_value=0, max_value=2**40),
+    registers=st.dictionaries(text, text, max_size=3),
+)
 def test_batch_round_trip(
-    records: list[tuple[str, str, bytes | None, list[tuple[str, str]], int]],
+    build: Callable[[list[Rec], int, dict[str, str] | None], bytes],
+    records: list[Rec],
     first: int,
     registers: dict[str, str],
 ) -> None:
-    buf = build_batch(records, first, registers)
+    buf = build(records, first, registers)
     assert len(buf) % 8 == 0
     batch = parse_ok(buf)
     assert (batch.first, batch.end, batch.count, batch.next_pos) == (
@@ -66,34 +76,158 @@ def test_batch_round_trip(
     )
     assert batch.registers == registers
     assert batch.records_ok(buf)
-    got = list(parse.iter_records(buf, batch, 0, 2**63 - 1))
-    want = [
-        Record(first + i, ns, key, value, headers, ts)
-        for i, (ns, key, value, headers, ts) in enumerate(records)
+    assert list(parse.iter_records(buf, batch, 0, 2**63 - 1)) == as_records(records, first)
+    assert [(o, ns, k) for o, ns, k in parse.iter_keys(buf, batch)] == [
+        (first + i, ns.encode(), key.encode()) for i, (ns, key, _v, _h, _t) in enumerate(records)
     ]
-    assert got == want
     # Range filtering.
     if records:
         lo, hi = first + len(records) // 3, first + len(records) - 1
         assert [r.offset for r in parse.iter_records(buf, batch, lo, hi)] == list(range(lo, hi))
 
 
-def test_frames_are_8_byte_aligned_and_crc_skips_only_the_offset() -> None:
-    frame = bytearray(encode.encode_record(b"ns", b"key", b"v" * 13, b"", 42))
-    assert len(frame) % 8 == 0
-    length, crc = fmt.FRAME_PREFIX.unpack_from(frame, 0)
-    assert length == len(frame)
-    assert crc == fmt.crc32c(bytes(frame[fmt.REC_CRC_START :]))
-    frame[20] ^= 1  # the timestamp is covered
-    assert crc != fmt.crc32c(bytes(frame[fmt.REC_CRC_START :]))
+@both_formats
+def test_empty_batch_carries_registers(
+    build: Callable[[list[Rec], int, dict[str, str] | None], bytes],
+) -> None:
+    buf = build([], 7, {"epoch": "3"})
+    batch = parse_ok(buf)
+    assert (batch.first, batch.end, batch.count, batch.registers) == (7, 7, 0, {"epoch": "3"})
+    assert batch.records_ok(buf) and list(parse.iter_records(buf, batch, 0, 100)) == []
+
+
+@both_formats
+@settings(max_examples=30, deadline=None)
+@given(records=records_st.filter(bool))
+def test_every_truncation_is_incomplete_never_a_batch(
+    build: Callable[[list[Rec], int, dict[str, str] | None], bytes], records: list[Rec]
+) -> None:
+    buf = build(records, 0, None)
+    for cut in range(len(buf)):
+        assert isinstance(parse.parse_batch(buf[:cut], 0), Incomplete | Invalid)
+
+
+@both_formats
+@settings(max_examples=40, deadline=None)
+@given(records=records_st.filter(bool), data=st.data())
+def test_any_flipped_byte_is_detected(
+    build: Callable[[list[Rec], int, dict[str, str] | None], bytes], records: list[Rec], data: st.DataObject
+) -> None:
+    buf = bytearray(build(records, 10, {"r": "1"}))
+    i = data.draw(st.integers(min_value=0, max_value=len(buf) - 1))
+    buf[i] ^= data.draw(st.integers(min_value=1, max_value=255))
+    damaged = bytes(buf)
+    parsed = parse.parse_batch(damaged, 0)
+    if isinstance(parsed, ParsedBatch):
+        # Only the records can be damaged without the header checksums noticing; then the
+        # records checksum fails and the damage is located.
+        assert parsed.records_pos <= i < parsed.records_end
+        assert not parsed.records_ok(damaged)
+        pos, _offset, reason = parse.locate_damage(damaged, parsed)
+        assert pos <= i and reason
+
+
+# --- format 2 -------------------------------------------------------------------------------
+def test_batch_frame_layout() -> None:
+    """The header is 56 bytes and checksums everything the committer adds; the records block
+    ends with its 40-byte trailer and is covered by the records checksum."""
+    records: list[Rec] = [("ns", "key", b"v" * 13, [("h", "1")], 42), ("ns", "k2", None, [], 43)]
+    buf = build_batch(records, 100, {"epoch": "2"})
+    length, crc, kind, flags, _r, regs_len, first, end, ctime, count, rcrc, rlen, _r2 = fmt.BATCH.unpack_from(
+        buf
+    )
+    regs_end = fmt.BATCH_HEADER_SIZE + fmt.pad8(regs_len)
+    assert (length, kind, flags, first, end, ctime, count) == (len(buf), fmt.KIND_BATCH, 0, 100, 102, 1234, 2)
+    assert crc == fmt.crc32c(buf[8:regs_end]) and rlen == len(buf) - regs_end
+    assert rcrc == fmt.crc32c(buf[regs_end:])
+    trailer = fmt.RECORDS_TRAILER.unpack_from(buf, len(buf) - fmt.TRAILER_SIZE)
+    # count, key/value/namespace/header widths, base ts, ts/offset delta widths, flags, 0, sizes, 0
+    assert trailer == (
+        2,
+        1,
+        1,
+        0,
+        1,
+        42,
+        1,
+        0,
+        fmt.RECORDS_NULLS,
+        0,
+        5,
+        13,
+        2,
+        len(fmt.encode_pairs([("h", "1")])),
+        0,
+    )
+
+
+def test_widths_grow_with_the_values() -> None:
+    records: list[Rec] = [("", "k" * 300, b"v" * 70_000, [], -(2**62)), ("", "", b"", [], 2**62)]
+    buf = build_batch(records, 0)
+    trailer = fmt.RECORDS_TRAILER.unpack_from(buf, len(buf) - fmt.TRAILER_SIZE)
+    assert trailer[1:5] == (2, 4, 0, 0) and trailer[5] == -(2**62) and trailer[6] == 8
+    batch = parse_ok(buf)
+    assert list(parse.iter_records(buf, batch, 0, 10)) == as_records(records, 0)
+
+
+def test_the_committer_checksums_only_the_header() -> None:
+    """The records block is encoded (and checksummed) once, by the appending thread; the same
+    block committed at different offsets differs only in the header."""
+    records = encode_recs([("", "a", b"1", [], 5), ("", "b", b"2", [], 5)])
+    one = b"".join(encode.encode_batch(records, 0, 1))
+    two = b"".join(encode.encode_batch(records, 500, 2, {"r": "x"}))
+    assert one[fmt.BATCH_HEADER_SIZE :] == two[-len(one) + fmt.BATCH_HEADER_SIZE :]
+    assert [r.offset for r in parse.iter_records(two, parse_ok(two), 0, 1000)] == [500, 501]
+
+
+def test_damage_is_located_to_the_append() -> None:
+    recs: list[Rec] = [("", f"k{i}", b"x" * 30, [], 0) for i in range(5)]
+    buf = bytearray(build_batch(recs, 100))
+    batch = parse_ok(bytes(buf))
+    buf[batch.records_pos + 100] ^= 0xFF
+    assert not batch.records_ok(bytes(buf))
+    pos, offset, reason = parse.locate_damage(bytes(buf), batch)
+    assert (pos, offset) == (0, 100) and reason == "append checksum mismatch (offsets 100 to 104)"
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=st.lists(record_st, min_size=1, max_size=40), data=st.data())
+def test_small_and_bulk_encoders_agree(records: list[Rec], data: st.DataObject) -> None:
+    """Appends up to 16 records take a pure-Python encoder (one record a shorter one), bigger
+    ones numpy: same bytes."""
+    offsets = None
+    if data.draw(st.booleans()):
+        offsets = sorted(
+            data.draw(st.sets(st.integers(0, 2**40), min_size=len(records), max_size=len(records)))
+        )
+    columns = (
+        [k.encode() for _n, k, _v, _h, _t in records],
+        [v for _n, _k, v, _h, _t in records],
+        [n.encode() for n, _k, _v, _h, _t in records],
+        [fmt.encode_pairs(h) for _n, _k, _v, h, _t in records],
+        [t for _n, _k, _v, _h, t in records],
+    )
+    small = b"".join(encode._block(columns[0], encode._columns_small(*columns, offsets)))
+    bulk = b"".join(encode._block(columns[0], encode._columns_bulk(*columns, offsets, True)))
+    assert small == bulk and len(small) % 8 == 0
+    if len(records) == 1 and offsets is None:
+        assert encode._encode_one(*(column[0] for column in columns)).parts == [small]  # type: ignore[arg-type]
+    encoded = encode.encode_records(*columns, offsets=offsets)
+    assert b"".join(encoded.parts) == small
+    assert (encoded.count, encoded.size, encoded.crc) == (len(records), len(small), fmt.crc32c(small))
+
+
+def test_oversized_fields_are_refused() -> None:
+    with pytest.raises(ValueError, match="namespace"):
+        encode.encode_records([b"a", b"b"], [b"", b""], [b"", b"n" * 0x10000], [b"", b""], [0, 0])
 
 
 class _FakeWriter:
     clock = staticmethod(lambda: 7)
 
 
-def test_transaction_writes_produce_the_reference_encoding() -> None:
-    """``write`` and ``write_many`` inline ``append_record`` for speed; all must agree byte for byte."""
+def test_transaction_columns_encode_as_the_reference() -> None:
+    """``write`` and ``write_many`` (per record and column-wise) gather the same columns."""
     tx = AppendTransaction(_FakeWriter())  # type: ignore[arg-type]
     cases = [
         ("k", b"value", None, "", 5),
@@ -102,42 +236,20 @@ def test_transaction_writes_produce_the_reference_encoding() -> None:
         ("k2", bytearray(b"x" * 13), None, "", None),  # default timestamp: the injected clock
         ("k3", "välue", None, "", 1),  # str: stored as UTF-8
     ]
-    want = bytearray()
+    want: list[Rec] = []
     for key, value, headers, ns, ts in cases:
         tx.write(key, value, headers=headers, namespace=ns, timestamp=ts)
         v = value.encode() if isinstance(value, str) else bytes(value) if value is not None else None
-        encode.append_record(
-            want, ns.encode(), key.encode(), v, fmt.encode_pairs(headers or []), 7 if ts is None else ts
-        )
+        want.append((ns, key, v, headers or [], 7 if ts is None else ts))
     small = [("a", b"1"), ("bb", None), ("c", memoryview(b"22"))]  # the per-record path
     assert tx.write_many(small, namespace="n", timestamp=9) == 3
-    for key, value in [("a", b"1"), ("bb", None), ("c", b"22")]:
-        encode.append_record(want, b"n", key.encode(), value, b"", 9)
+    want += [("n", key, value, [], 9) for key, value in [("a", b"1"), ("bb", None), ("c", b"22")]]
     bulk = [(f"k{i}" if i % 7 else f"ключ{i}", None if i % 5 == 0 else b"v" * i) for i in range(100)]
-    assert tx.write_many(bulk, timestamp=-1) == 100  # the vectorised path
-    for key, value in bulk:
-        encode.append_record(want, b"", key.encode(), value, b"", -1)
-    assert b"".join(tx._parts) == bytes(want)
-    assert tx.count == len(tx._lens) == 108 and sum(tx._lens) == len(want)
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    st.binary(max_size=10),
-    st.lists(
-        st.tuples(st.text(max_size=12), st.one_of(st.none(), st.binary(max_size=40))), min_size=1, max_size=50
-    ),
-    st.integers(min_value=-(2**62), max_value=2**62),
-)
-def test_encode_many_matches_append_record(
-    namespace: bytes, records: list[tuple[str, bytes | None]], ts: int
-) -> None:
-    keys, values = [k for k, _ in records], [v for _, v in records]
-    frames, lens = encode.encode_many(namespace, keys, values, ts)
-    want = bytearray()
-    want_lens = [encode.append_record(want, namespace, k.encode(), v, b"", ts) for k, v in records]
-    assert frames == bytes(want)
-    assert lens.tolist() == want_lens
+    assert tx.write_many(bulk, timestamp=-1) == 100  # the column-wise path
+    want += [("", key, value, [], -1) for key, value in bulk]
+    encoded = tx._encode()
+    assert tx.count == encoded.count == 108
+    assert b"".join(encoded.parts) == b"".join(encode_recs(want).parts)
 
 
 @pytest.mark.parametrize("n", [2, 100])
@@ -154,65 +266,41 @@ def test_write_many_is_all_or_nothing_per_call(n: int) -> None:
     assert tx.count == 1
 
 
-def test_stamp_offsets_writes_consecutive_offsets() -> None:
-    buf = build_batch([("", "a", b"1", [], 0), ("", "bb", b"22" * 9, [], 0), ("", "c", None, [], 0)], 1000)
-    batch = parse_ok(buf)
-    assert [r.offset for r in parse.iter_records(buf, batch, 0, 10**9)] == [1000, 1001, 1002]
+def test_compacted_offsets_must_increase_within_the_batch() -> None:
+    recs: list[Rec] = [("", "a", b"", [], 0), ("", "b", b"", [], 0)]
+    buf = build_batch(recs, 5, offsets=[7, 6], end=9, flags=FLAG_COMPACTED)
+    with pytest.raises(RecordProblem, match="out of sequence"):
+        list(parse.iter_records(buf, parse_ok(buf), 0, 100))
 
 
-def test_empty_batch_carries_registers() -> None:
-    buf = build_batch([], 7, {"epoch": "3"})
-    batch = parse_ok(buf)
-    assert (batch.first, batch.end, batch.count, batch.registers) == (7, 7, 0, {"epoch": "3"})
+def test_malformed_records_trailer_fails_loudly() -> None:
+    buf = bytearray(build_batch([("", "a", b"1", [], 0), ("", "b", b"2", [], 0)], 0))
+    trailer = len(buf) - fmt.TRAILER_SIZE
+    buf[trailer + 5] = 3  # value-length width 3 does not exist
+    batch = parse_ok(bytes(buf))
+    batch.records_crc = fmt.crc32c(bytes(buf[batch.records_pos :]))  # as if the writer had done it
+    with pytest.raises(RecordProblem, match="trailer"):
+        list(parse.iter_records(bytes(buf), batch, 0, 10))
 
 
-@settings(max_examples=30, deadline=None)
-@given(records_st.filter(bool))
-def test_every_truncation_is_incomplete_never_a_batch(
-    records: list[tuple[str, str, bytes | None, list[tuple[str, str]], int]],
-) -> None:
-    buf = build_batch(records, 0)
-    for cut in range(len(buf)):
-        assert isinstance(parse.parse_batch(buf[:cut], 0), Incomplete | Invalid)
-
-
-@settings(max_examples=40, deadline=None)
-@given(records_st.filter(bool), st.data())
-def test_any_flipped_byte_is_detected(
-    records: list[tuple[str, str, bytes | None, list[tuple[str, str]], int]], data: st.DataObject
-) -> None:
-    buf = bytearray(build_batch(records, 10))
-    i = data.draw(st.integers(min_value=0, max_value=len(buf) - 1))
-    buf[i] ^= data.draw(st.integers(min_value=1, max_value=255))
-    damaged = bytes(buf)
-    parsed = parse.parse_batch(damaged, 0)
-    if isinstance(parsed, ParsedBatch):
-        # Only the records region can be damaged without BEGIN/COMMIT noticing; then the batch
-        # checksum fails and the damage is located.
-        assert parsed.records_pos <= i < parsed.records_end
-        assert not parsed.records_ok(damaged)
-        pos, _offset, reason = parse.locate_damage(damaged, parsed)
-        assert parsed.records_pos <= pos <= i
-        assert reason
-
-
-def test_locate_damage_names_the_record() -> None:
-    recs = [("", f"k{i}", b"x" * 30, [], 0) for i in range(5)]
-    buf = bytearray(build_batch(recs, 100))
+# --- format 1 -------------------------------------------------------------------------------
+def test_format1_locate_damage_names_the_record() -> None:
+    recs: list[Rec] = [("", f"k{i}", b"x" * 30, [], 0) for i in range(5)]
+    buf = bytearray(build_batch_v1(recs, 100))
     batch = parse_ok(bytes(buf))
     third = batch.records_pos + 2 * int(batch.lens(bytes(buf))[0])
     buf[third + 50] ^= 0xFF
     pos, offset, reason = parse.locate_damage(bytes(buf), batch)
     assert (pos, offset, reason) == (third, 102, "record checksum mismatch")
     # A damaged offset field is outside the record CRC but still caught.
-    buf = bytearray(build_batch(recs, 100))
+    buf = bytearray(build_batch_v1(recs, 100))
     buf[batch.records_pos + 8] ^= 1
     pos, offset, reason = parse.locate_damage(bytes(buf), batch)
     assert (pos, offset) == (batch.records_pos, 100) and "offset" in reason
 
 
-def test_iter_records_rejects_out_of_sequence_offsets() -> None:
-    buf = bytearray(build_batch([("", "a", b"", [], 0), ("", "b", b"", [], 0)], 5))
+def test_format1_iter_records_rejects_out_of_sequence_offsets() -> None:
+    buf = bytearray(build_batch_v1([("", "a", b"", [], 0), ("", "b", b"", [], 0)], 5))
     batch = parse_ok(bytes(buf))
     fmt.REC_PREFIX.pack_into(
         buf, batch.records_pos, *fmt.REC_PREFIX.unpack_from(buf, batch.records_pos)[:2], 6
@@ -221,27 +309,39 @@ def test_iter_records_rejects_out_of_sequence_offsets() -> None:
         list(parse.iter_records(bytes(buf), batch, 0, 100))
 
 
-def test_parse_rejects_commit_that_disagrees_with_begin() -> None:
-    a = build_batch([("", "a", b"1", [], 0)], 0)
-    b = build_batch([("", "a", b"1", [], 0)], 1)
+def test_format1_commit_that_disagrees_with_begin_is_invalid() -> None:
+    a = build_batch_v1([("", "a", b"1", [], 0)], 0)
+    b = build_batch_v1([("", "a", b"1", [], 0)], 1)
     begin_and_records = parse_ok(a).records_end
     mixed = a[:begin_and_records] + b[begin_and_records:]
     assert isinstance(parse.parse_batch(mixed, 0), Invalid)
 
 
 def test_compacted_flag_allows_offset_gaps_only_when_set() -> None:
-    frames = bytearray()
-    lens = [encode.append_record(frames, b"", b"k", b"v", b"", 0) for _ in range(2)]
-    arr = np.asarray(lens, dtype=np.uint32)
-    encode.stamp_offsets(frames, arr, 0)
-    gap = b"".join(encode.encode_batch(bytes(frames), arr, 0, 0, end=5, flags=FLAG_COMPACTED))
+    recs: list[Rec] = [("", "k", b"v", [], 0)] * 2
+    gap = journal_v1.encode_batch(recs, 0, end=5, flags=FLAG_COMPACTED)
     assert parse_ok(gap).compacted
-    assert isinstance(
-        parse.parse_batch(b"".join(encode.encode_batch(bytes(frames), arr, 0, 0, end=5)), 0), Invalid
-    )
+    assert isinstance(parse.parse_batch(journal_v1.encode_batch(recs, 0, end=5), 0), Invalid)
+    gap2 = build_batch(recs, 0, offsets=[1, 3], end=5, flags=FLAG_COMPACTED)
+    batch = parse_ok(gap2)
+    assert batch.compacted and [r.offset for r in parse.iter_records(gap2, batch, 0, 9)] == [1, 3]
+    assert isinstance(parse.parse_batch(build_batch(recs, 0, end=5), 0), Invalid)
 
 
 # --- segment header, HEAD, offset log -------------------------------------------------------
+def test_older_segment_versions_are_read_newer_refused() -> None:
+    old = journal_v1.segment_header(10, 5, {"a": "1"})
+    header = fmt.decode_segment_header(old)
+    assert (header.version, header.base, header.registers) == (1, 10, {"a": "1"})
+    assert fmt.decode_segment_header(fmt.encode_segment_header(10, 5, {})).version == fmt.SEGMENT_VERSION == 2
+    newer = bytearray(old)
+    newer[8 + 9] = 3  # the version byte of the SEGMENT frame
+    rest = bytes(newer[16 : 8 + fmt.FRAME_PREFIX.unpack_from(newer, 8)[0]])
+    fmt.FRAME_PREFIX.pack_into(newer, 8, len(rest) + 8, fmt.crc32c(rest))
+    with pytest.raises(ValueError, match="unsupported segment format version 3"):
+        fmt.decode_segment_header(bytes(newer))
+
+
 def test_segment_header_round_trip_and_damage() -> None:
     raw = fmt.encode_segment_header(4096, 99, {"leader": "n1", "epoch": "4"})
     assert len(raw) % 8 == 0
@@ -285,14 +385,3 @@ def test_consumer_entries_stop_at_a_torn_tail() -> None:
     flipped = bytearray(log)
     flipped[-1] ^= 1
     assert fmt.decode_consumer_entries(bytes(flipped), 0)[0] == [("a", 5)]
-
-
-def test_encode_single_matches_encode_batch() -> None:
-    frames = bytearray()
-    length = encode.append_record(frames, b"ns", b"key", b"value" * 3, b"", 77)
-    prefix, body = bytes(frames[:16]), bytes(frames[16:])
-    single = encode.encode_single(prefix, body, 41, 99)
-    encode.stamp_offsets(frames, [length], 41)
-    assert single == b"".join(encode.encode_batch(bytes(frames), [length], 41, 99))
-    batch = parse_ok(single)
-    assert [r.offset for r in parse.iter_records(single, batch, 0, 100)] == [41]

@@ -10,9 +10,10 @@ from sluiceway.journal.compaction import (
     select_removals,
 )
 from sluiceway.journal.errors import ExpectationFailed
+from sluiceway.journal.format import KIND_BATCH, KIND_BEGIN
 from sluiceway.journal.retention import SegmentStat, select_expired
 from sluiceway.journal.writer import check_expectations
-from tests.support.journal_format import build_batch, parse_all
+from tests.support.journal_format import build_batch, build_batch_v1, parse_all
 
 E = [(0, b"", b"a"), (1, b"", b"b"), (2, b"", b"a"), (3, b"x", b"a"), (4, b"", b"b"), (5, b"", b"a")]
 
@@ -61,6 +62,37 @@ def test_compact_segment_bytes_keeps_frames_and_offsets() -> None:
     assert [(b.first, b.count) for b in parse_all(body2)] == [(0, 2), (4, 1)]
     kept = [r for b in parse_all(body2) for r in parse.iter_records(body2, b, 0, 10)]
     assert [(r.offset, r.key, r.value) for r in kept] == [(0, "a", b"v0"), (1, "b", b"v1"), (4, "z", b"")]
+
+
+def test_compaction_of_a_segment_holding_both_formats() -> None:
+    """Untouched batches are copied as they are, in their format; a format-1 batch that loses
+    records is rewritten as a format-2 batch (compacted, with its surviving offsets)."""
+    v1a = build_batch_v1([("", "a", b"0", [("h", "1")], 10), ("ns", "b", None, [], 11)], 0, {"r": "1"})
+    v2 = build_batch([("", "a", b"2", [], 12), ("", "c", b"3", [], 13)], 2)
+    v1b = build_batch_v1([("", "a", b"4", [], 14), ("", "d", b"5", [], 15)], 4)
+    buf = v1a + v2 + v1b
+    batches = parse_all(buf)
+    assert [b.kind for b in batches] == [KIND_BEGIN, KIND_BATCH, KIND_BEGIN]
+    latest = latest_offsets((o, ns, k) for b in batches for o, ns, k in parse.iter_keys(buf, b))
+    drop = select_removals(((o, ns, k) for b in batches for o, ns, k in parse.iter_keys(buf, b)), latest, 4)
+    assert drop == {0, 2}
+    body, removed = compact_segment_bytes(buf, batches, drop)
+    assert removed == 2
+    out = parse_all(body)
+    assert [(b.kind, b.first, b.end, b.count, b.compacted, b.registers) for b in out] == [
+        (KIND_BATCH, 0, 2, 1, True, {"r": "1"}),
+        (KIND_BATCH, 2, 4, 1, True, {}),
+        (KIND_BEGIN, 4, 6, 2, False, {}),
+    ]
+    assert body[out[2].pos :] == v1b
+    kept = [r for b in out for r in parse.iter_records(body, b, 0, 10)]
+    assert [(r.offset, r.namespace, r.key, r.value, r.headers, r.timestamp_us) for r in kept] == [
+        (1, "ns", "b", None, [], 11),
+        (3, "", "c", b"3", [], 13),
+        (4, "", "a", b"4", [], 14),
+        (5, "", "d", b"5", [], 15),
+    ]
+    assert all(b.records_ok(body) for b in out)
 
 
 def seg(base: int, size: int, sealed: int) -> SegmentStat:
