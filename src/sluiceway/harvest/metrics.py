@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sluiceway.harvest.events import (
     Event,
+    KeyParked,
     LeaderAcquired,
     LeaderFenced,
     LeaderRevoked,
@@ -41,6 +42,18 @@ class HarvestMetrics:
             registry=self.registry,
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
+        self.parked_keys = Gauge(
+            "sluice_harvest_parked_keys",
+            "Keys parked behind a dead letter (their later records wait for an operator)",
+            ["harvest"],
+            registry=self.registry,
+        )
+        self.keys_parked = Counter(
+            "sluice_harvest_keys_parked_total",
+            "Dead letters that parked their key",
+            ["harvest"],
+            registry=self.registry,
+        )
         self._endpoint: MetricsEndpoint | None = None
 
     def observe(self, event: Event) -> None:
@@ -59,12 +72,16 @@ class HarvestMetrics:
             self.in_flight.labels(name).set(s.in_flight)
             if "p50" in s.latency_ms:
                 self.latency.labels(name).observe(s.latency_ms["p50"] / 1000.0)
+            if s.parked_keys is not None:
+                self.parked_keys.labels(name).set(s.parked_keys)
         elif isinstance(event, LeaderAcquired):
             self.leader.labels(name).set(1)
         elif isinstance(event, LeaderRevoked | LeaderFenced):
             self.leader.labels(name).set(0)
         elif isinstance(event, RecordDeadLettered):
             self.records.labels(name, "dead_lettered").inc()
+        elif isinstance(event, KeyParked):
+            self.keys_parked.labels(name).inc()
 
     def serve(self, addr: str) -> tuple[str, int]:
         """Serve /metrics on ``host:port`` (default host 127.0.0.1). Returns the bound address."""

@@ -1,10 +1,6 @@
 """An outbox as the operator sees it: its backlog and leader, the rows at its head, its dead
-letters, and the two things an operator does with a dead letter — retry it or resolve it.
-
-Reads only (``outbox stats``, the lease by :func:`~sluiceway.election.lease.inspect_lease`),
-except :func:`retry_dead_letter` and :func:`resolve_dead_letter`, each one transaction. A retried
-dead letter is a new outbox row: it goes out after its key's current backlog, at least once, like
-any row (its consumers see it again if the original did get through before it was buried).
+letters. Reads only (``outbox stats``, the lease by :func:`~sluiceway.election.lease.inspect_lease`);
+retrying or resolving a dead letter is :mod:`sluiceway.outbox.deadletters`' (the console calls it).
 """
 
 from __future__ import annotations
@@ -18,19 +14,9 @@ from sluiceway.outbox import OutboxLayout, discover, outbox_stats
 from sluiceway.overview.values import iso, preview
 from sluiceway.overview.workspace import OutboxWatch
 
-#: Columns a retried dead letter carries back into the outbox (create_time and the id are new).
-_PAYLOAD = ("kafka_topic", "kafka_key", "kafka_value", "kafka_header_keys", "kafka_header_values")
-
 
 def _queries(db: Database, layout: OutboxLayout) -> QuerySet:
-    payload = _PAYLOAD + (("kafka_partition",) if layout.has_partition else ())
-    return QuerySet(
-        "sluiceway.overview",
-        db.dialect,
-        outbox=layout.table,
-        dead=layout.dead_table,
-        raw_payload=", ".join(payload),
-    )
+    return QuerySet("sluiceway.overview", db.dialect, outbox=layout.table, dead=layout.dead_table)
 
 
 def outbox_status(db: Database, watch: OutboxWatch) -> dict[str, Any]:
@@ -106,19 +92,3 @@ def dead_letters(db: Database, table: str, limit: int = 100) -> list[DeadLetter]
         DeadLetter(int(r[0]), iso(r[1]), str(r[2]), str(r[3]), str(r[4]), int(r[5]), iso(r[6]), preview(r[7]))
         for r in rows
     ]
-
-
-def retry_dead_letter(db: Database, table: str, dead_id: int) -> bool:
-    """Put dead letter ``dead_id`` back into the outbox as a new row; False if there is none."""
-    q = _queries(db, discover(db, table))
-    with db.transaction():
-        if db.execute(q["requeue_dead"], {"id": dead_id}, what="retry dead letter") == 0:
-            return False
-        db.execute(q["delete_dead"], {"id": dead_id}, what="retry dead letter")
-    return True
-
-
-def resolve_dead_letter(db: Database, table: str, dead_id: int) -> bool:
-    """Delete dead letter ``dead_id`` (the operator has dealt with it); False if there is none."""
-    q = _queries(db, discover(db, table))
-    return db.execute(q["delete_dead"], {"id": dead_id}, what="resolve dead letter") == 1

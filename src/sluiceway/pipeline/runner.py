@@ -23,6 +23,7 @@ from types import FrameType
 from typing import Any
 
 from sluiceway.pipeline.compat import is_connect_session, tolerate_observed_metrics_in_commands
+from sluiceway.pipeline.dedup import dedup_by_sequence
 from sluiceway.pipeline.errors import PipelineError, SinkFailed, StepPaused
 from sluiceway.pipeline.sinks.handler import BatchHandler, Stopping
 from sluiceway.pipeline.spec import PipelineSpec
@@ -140,6 +141,8 @@ def build_stream(
     fmt, opts = source_format(spec, sink, max_records=max_records, owner=owner)
     fmt = register_query_source(spark, fmt, f"{spec.name}/{sink}")
     df = spark.readStream.format(fmt).options(**opts).load()
+    if spec.source.type == "kafka" and spec.source.dedup:
+        df = dedup_by_sequence(df)
     if spec.namespace != ".*":
         # Columns taken from the DataFrame itself, so a Spark Connect DataFrame gets Connect columns
         # even in a process that also runs a classic session.

@@ -68,6 +68,8 @@ class KafkaSourceSpec(_Source):
     topic: str | list[str]
     config: dict[str, str] = Field(default_factory=dict)
     starting_offsets: Literal["earliest", "latest"] = "earliest"
+    #: Drop records the harvester re-sent: per key, only a sluice-id above the last (pipeline/dedup.py).
+    dedup: bool = False
 
     @field_validator("config")
     @classmethod

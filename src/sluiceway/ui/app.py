@@ -36,9 +36,11 @@ from starlette.templating import Jinja2Templates
 from sluiceway.db import Database
 from sluiceway.errors import SluicewayError
 from sluiceway.feed import Feed
+from sluiceway.outbox import discover
+from sluiceway.outbox.deadletters import DeadLetterNotFoundError, resolve_dead_letter, retry_dead_letter
 from sluiceway.overview import Workspace, collect
 from sluiceway.overview.detail import feed_page, journal_records, stopped_record
-from sluiceway.overview.outbox import dead_letters, oldest_rows, resolve_dead_letter, retry_dead_letter
+from sluiceway.overview.outbox import dead_letters, oldest_rows
 from sluiceway.overview.status import collect_one, pipeline_specs
 from sluiceway.overview.workspace import SINGULAR
 
@@ -285,24 +287,30 @@ def create_app(console: Console) -> Starlette:
         return run
 
     def retry_dead(request: Request, form: dict[str, str]) -> tuple[str, str]:
-        return _dead_action(request, retry_dead_letter, "put back into the outbox")
+        def retry(db: Database, table: str, dead_id: int) -> str:
+            head = retry_dead_letter(db, discover(db, table), dead_id)
+            return "put back at the head of its key" if head else "put back into the outbox"
+
+        return _dead_action(request, retry)
 
     def resolve_dead(request: Request, form: dict[str, str]) -> tuple[str, str]:
-        return _dead_action(request, resolve_dead_letter, "resolved (deleted)")
+        def resolve(db: Database, table: str, dead_id: int) -> str:
+            resolve_dead_letter(db, discover(db, table), dead_id)
+            return "resolved (discarded; its key released)"
 
-    def _dead_action(
-        request: Request, act: Callable[[Database, str, int], bool], done: str
-    ) -> tuple[str, str]:
+        return _dead_action(request, resolve)
+
+    def _dead_action(request: Request, act: Callable[[Database, str, int], str]) -> tuple[str, str]:
         name, dead_id = request.path_params["name"], int(request.path_params["id"])
         watch = console.watched("outboxes", name)
         if watch is None:
             raise ValueError(f"no outbox named {name!r}")
         with Database(watch.dsn) as db:
-            ok = act(db, watch.table, dead_id)
-        return (
-            f"/outbox/{quote(name)}",
-            f"dead letter {dead_id} {done}" if ok else f"no dead letter {dead_id}",
-        )
+            try:
+                done = act(db, watch.table, dead_id)
+            except DeadLetterNotFoundError:
+                return f"/outbox/{quote(name)}", f"no dead letter {dead_id}"
+        return f"/outbox/{quote(name)}", f"dead letter {dead_id} {done}"
 
     def skip(request: Request, form: dict[str, str]) -> tuple[str, str]:
         from sluiceway.pipeline import PipelineSpec

@@ -1,4 +1,4 @@
--- What the operator's views read from an outbox, and the dead-letter actions, for MySQL/MariaDB.
+-- What the operator's views read from an outbox, for MySQL/MariaDB.
 -- See postgres.sql. create_time is UTC (DATETIME(6)), as the stasher writes it.
 
 -- name: oldest_rows
@@ -9,11 +9,3 @@ FROM {outbox} ORDER BY id LIMIT %(limit)s
 -- name: dead_letters
 SELECT id, create_time, kafka_topic, kafka_key, error, attempts, dead_time, kafka_value
 FROM {dead} ORDER BY id LIMIT %(limit)s
-
--- name: requeue_dead
--- One transaction with `delete_dead` (see postgres.sql).
-INSERT INTO {outbox} (create_time, {raw_payload})
-SELECT UTC_TIMESTAMP(6), {raw_payload} FROM {dead} WHERE id = %(id)s
-
--- name: delete_dead
-DELETE FROM {dead} WHERE id = %(id)s
