@@ -128,18 +128,28 @@ def assemble(
     pending: int | None = None
     txn: int | None = None  # the transaction being read, when in range
     begin: Begin | None = None
+    # The loop below runs once per row of the stretch: its hot branch (row changes) uses local
+    # names only.
+    unpack_relid = _RELID.unpack_from
+    item_group, item_row, item_txn, item_seq = (
+        stretch.item_group,
+        stretch.item_row,
+        stretch.item_txn,
+        stretch.item_seq,
+    )
     for _lsn, _xid, data in rows:
         kind = data[0]
-        if kind in (0x49, 0x55, 0x44):  # I, U, D: the bulk of a stretch
+        if kind == 0x49 or kind == 0x55 or kind == 0x44:  # I, U, D: the bulk of a stretch
             if txn is not None:
-                (relid,) = _RELID.unpack_from(data, 1)
-                gid = relations.get(relid)
+                gid = relations.get(unpack_relid(data, 1)[0])
                 if gid is not None:
-                    stretch.item_group.append(gid)
-                    stretch.item_row.append(len(groups.datas[gid]))
-                    stretch.item_txn.append(txn)
-                    stretch.item_seq.append(stretch.next_seq())
-                    groups.datas[gid].append(data)
+                    held = groups.datas[gid]
+                    item_group.append(gid)
+                    item_row.append(len(held))
+                    item_txn.append(txn)
+                    stretch.seq += 1
+                    item_seq.append(stretch.seq)
+                    held.append(data)
                     groups.ops[gid].append(kind)
         elif kind == 0x42:  # 'B'
             message = decode(data)

@@ -24,7 +24,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -348,7 +348,15 @@ class CdcSession:
             "upto": None if upto is None else format_lsn(upto),
             "n": limit,
         }
-        return [(int(lsn), int(xid), bytes(data)) for lsn, xid, data in self.rows("peek", params)]
+        # Binary results: the messages arrive as bytes, not as hex text to be parsed back.
+        import psycopg
+
+        try:
+            with self.conn.cursor(binary=True) as cur:
+                cur.execute(self.q["peek"], params)
+                return cast("list[Row]", cur.fetchall())
+        except psycopg.Error as exc:
+            raise map_db_error(exc, "cdc: peek") from exc
 
     def advance(self, slot: str, position: int) -> None:
         self.rows("advance", {"slot": slot, "lsn": format_lsn(position)})
