@@ -46,6 +46,8 @@ def build_session(
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", "4")
             .config("spark.sql.session.timeZone", "UTC")
+            # Parquet sinks written by Spark: timestamps as microseconds, not the legacy INT96.
+            .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
             .config("spark.driver.memory", "2g")
             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
             .config("spark.python.worker.reuse", "true")

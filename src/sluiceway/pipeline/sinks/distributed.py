@@ -19,20 +19,24 @@ How a batch is split:
 * **File sinks** (parquet, json, csv) keep the source's parts (no shuffle: files are ordered by
   name, not by when they were written). Tasks write to a staging directory; the driver then
   renames the files into place in part order, up to the first failure, so the files of a batch
-  are always a prefix of it in offset order.
+  are always a prefix of it in offset order. A ``parquet`` sink without a dead-letter sink is
+  written by Spark's own Parquet writer (no Python in the tasks at all): a Parquet file has no
+  record a writer could refuse, so the batch is written whole or retried whole.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import pyarrow as pa
 
-from sluiceway.pipeline.failures import RetryPolicy
+from sluiceway.pipeline.failures import RetryPolicy, backoff_delays
 from sluiceway.pipeline.sinks.base import make_writer
 from sluiceway.pipeline.sinks.part import PartResult, write_part
 
@@ -188,6 +192,46 @@ def default_parallelism(df: Any, sink_type: str) -> int:
         return max(1, int(df.sparkSession.sparkContext.defaultParallelism))
     except Exception:  # Spark Connect has no SparkContext on the client
         return 4
+
+
+def write_parquet(df: Any, plan: TaskPlan, path: str) -> list[PartResult]:
+    """The batch through Spark's own Parquet writer into ``<path>/.staging/<run>-<batch>``, then
+    its files put in place by name (``part-<run>-<batch>-pNNNN.parquet``), in part order.
+
+    Retried whole with the sink's backoff; rows and offsets are read from the files' footers, so
+    nothing but file names and footers reaches the driver. Returns one result per file.
+    """
+    import pyarrow.parquet as pq
+    from pyspark.sql import functions as F
+
+    if plan.skip and "offset" in df.columns:
+        df = df.filter(~F.col("offset").isin(list(plan.skip)))
+    run_dir = os.path.join(path, ".staging", f"{plan.run}-{plan.batch:010d}")
+    delays = backoff_delays(plan.policy.attempts, plan.policy.backoff, plan.policy.max_backoff)
+    for _ in range(plan.policy.attempts):
+        try:
+            df.write.mode("overwrite").parquet(run_dir)
+            break
+        except Exception as exc:  # retried whole; the last error stops the sink at the batch's start
+            delay = next(delays, None)
+            if delay is None:
+                return [PartResult(0, error=f"{type(exc).__name__}: {str(exc).splitlines()[0]}")]
+            time.sleep(delay)
+    results = []
+    files = sorted(f for f in os.listdir(run_dir) if f.endswith(".parquet"))
+    for index, name in enumerate(files):
+        meta = pq.ParquetFile(os.path.join(run_dir, name)).metadata
+        rows, last = meta.num_rows, None
+        column = meta.schema.names.index("offset") if "offset" in meta.schema.names else None
+        for group in range(meta.num_row_groups) if column is not None else ():
+            stats = meta.row_group(group).column(column).statistics
+            if stats is not None and stats.has_min_max:
+                last = stats.max if last is None else max(last, stats.max)
+        final = f"part-{plan.run}-{plan.batch:010d}-p{index:04d}.parquet"
+        os.replace(os.path.join(run_dir, name), os.path.join(path, final))
+        results.append(PartResult(index, rows=rows, todo=rows, written=rows, last_offset=last))
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return results
 
 
 def commit_files(path: str, results: Sequence[PartResult]) -> int:

@@ -34,6 +34,7 @@ from sluiceway.pipeline.sinks.distributed import (
     default_parallelism,
     prepare,
     results_of,
+    write_parquet,
 )
 from sluiceway.pipeline.sinks.part import PartResult, write_part
 from sluiceway.pipeline.state import SinkState, StateStore
@@ -131,10 +132,14 @@ class BatchHandler:
         )
         skip = frozenset(state.skip)
         plan = TaskPlan(self.pipeline, self.sink, state.run, batch_id, self.policy, resume, skip, state.step)
-        parallelism = self.sink.parallelism or default_parallelism(df, self.sink.type)
-        results = results_of(prepare(df, self.sink.type, parallelism).mapInArrow(plan, RESULT_DDL).collect())
-        if self.sink.type in ("parquet", "json", "csv"):
-            commit_files(self.sink.path, results)
+        if self.sink.type == "parquet" and self.sink.dead_letter is None and state.step is None:
+            results = write_parquet(df, plan, self.sink.path)
+        else:
+            parallelism = self.sink.parallelism or default_parallelism(df, self.sink.type)
+            rows = prepare(df, self.sink.type, parallelism).mapInArrow(plan, RESULT_DDL).collect()
+            results = results_of(rows)
+            if self.sink.type in ("parquet", "json", "csv"):
+                commit_files(self.sink.path, results)
         failed = [r for r in results if not r.ok]
         paused = any(r.paused for r in results)
         with StateStore(self.checkpoint_dir).update() as st:
