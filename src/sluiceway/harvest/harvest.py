@@ -230,6 +230,8 @@ class Harvest:
 
     def _default_publisher_factory(self) -> Callable[[int], Publisher]:
         h = self.config.harvest
+        if h.target is not None:
+            return self._broker_publisher_factory()
         if h.journal is not None:
             target = h.journal
 
@@ -253,6 +255,16 @@ class Harvest:
         spares = SparePublishers(self._kafka_log().apply(h.producer_config))
         self._spares = spares
         return spares.take
+
+    def _broker_publisher_factory(self) -> Callable[[int], Publisher]:
+        """NATS, RabbitMQ or Redis: a fresh client per term that stops retrying once we lead no more."""
+        from sluiceway.harvest.brokers import BrokerPublisher, msg_id_prefix
+
+        h = self.config.harvest
+        target = h.target
+        assert target is not None
+        prefix = msg_id_prefix(target, h.data_source, h.outbox_table)
+        return lambda epoch: BrokerPublisher(target, prefix=prefix, may_send=self.election.is_leader)
 
     def _default_election(self) -> LeaderElection:
         h = self.config.harvest
