@@ -38,7 +38,7 @@ class Place:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def topic(self, name: str = "t") -> str:
-        return f"{self.prefix}.{name}" if self.broker != "redis" else f"{self.prefix}:{name}"
+        return f"{self.prefix}.{name}"
 
     # -- harvester / pipeline settings ----------------------------------------------------------
     def target(self, url: str | None = None, **more: Any) -> dict[str, Any]:
@@ -58,6 +58,25 @@ class Place:
             return _read_rabbit(self, expected, timeout)
         return _read_redis(self, topic)
 
+    def count(self) -> int:
+        """How many messages the place holds now (cheap: the broker's own counter)."""
+        if self.broker == "nats":
+            return int(run(_nats_admin(lambda js: js.stream_info(self.extra["stream"]))).state.messages)
+        if self.broker == "rabbitmq":
+
+            async def depth(ch: Any) -> int:
+                queue = await ch.declare_queue(self.extra["queue"], passive=True)
+                return int(queue.declaration_result.message_count)
+
+            return int(run(_rabbit(depth))) + len(self.extra.get("seen", []))
+        import redis
+
+        client = redis.Redis.from_url(self.url)
+        try:
+            return sum(int(client.xlen(k)) for k in client.scan_iter(match=f"{self.prefix}.*", count=1000))
+        finally:
+            client.close()
+
     def cleanup(self) -> None:
         if self.broker == "nats":
             run(_nats_admin(lambda js: js.delete_stream(self.extra["stream"])))
@@ -67,7 +86,7 @@ class Place:
             import redis
 
             client = redis.Redis.from_url(self.url)
-            for key in client.scan_iter(match=f"{self.prefix}:*", count=1000):
+            for key in client.scan_iter(match=f"{self.prefix}.*", count=1000):
                 client.delete(key)
             client.close()
 
@@ -204,7 +223,7 @@ def _read_redis(place: Place, topic: str | None) -> list[Seen]:
     from sluiceway.brokers.redis import from_fields, raw_stream_replies
 
     client = raw_stream_replies(redis.Redis.from_url(place.url))
-    streams = [topic.encode()] if topic else sorted(client.scan_iter(match=f"{place.prefix}:*", count=1000))
+    streams = [topic.encode()] if topic else sorted(client.scan_iter(match=f"{place.prefix}.*", count=1000))
     out: list[Seen] = []
     for stream in streams:
         last = "-"
