@@ -57,7 +57,9 @@ def test_three_harvesters_leader_killed_twice(postgres_dsn: str, place: Place, t
     seen = place.read(expected=TOTAL)
     dups = check_per_key_order(seqs(seen), writers.expected)
     duplicates = sum(dups.values())
-    print(f"\n{place.broker}: {len(seen)} messages for {TOTAL} records, {duplicates} duplicates; kills at {kills}")
+    print(
+        f"\n{place.broker}: {len(seen)} messages for {TOTAL} records, {duplicates} duplicates; kills at {kills}"
+    )
     assert len(seen) >= TOTAL
     assert all(kills), "a kill happened after the writers had finished"
     if place.broker == "nats":

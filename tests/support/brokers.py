@@ -260,6 +260,7 @@ class CuttableProxy:
         self._cut = False
         self._closed = False
         self.cuts = 0
+        self.refused = 0  # connections refused while cut
         threading.Thread(target=self._accept, daemon=True).start()
 
     def url(self, broker: str) -> str:
@@ -277,6 +278,7 @@ class CuttableProxy:
                 return
             with self._lock:
                 if self._cut:
+                    self.refused += 1
                     client.close()
                     continue
                 try:

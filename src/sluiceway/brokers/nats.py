@@ -7,10 +7,10 @@ delivered when JetStream's publish acknowledgement arrives (the message is store
 its position is the stream sequence. JetStream drops a message whose ``Nats-Msg-Id`` it has seen
 within the stream's duplicate window (default 2 minutes) and acknowledges it as a duplicate.
 
-nats-py reconnects by itself (its pending buffer holds what is published meanwhile); a publish
-whose acknowledgement was lost with the connection is failed at the disconnect, so the
-:class:`~sluiceway.brokers.sender.Sender` sends it again — with the same message id, so the server
-drops the copy if the first one had arrived.
+A lost connection is closed for good (nats-py's own reconnection is off): every publish whose
+acknowledgement was lost with it fails at once, and the
+:class:`~sluiceway.brokers.sender.Sender` reconnects and sends it again — with the same message
+id, so the server drops the copy if the first one had arrived.
 """
 
 from __future__ import annotations
@@ -113,8 +113,9 @@ class NatsClient:
             self._nc = await nats.connect(
                 servers=list(self.settings.servers),
                 connect_timeout=max(1, int(self.settings.ack_timeout)),
-                reconnect_time_wait=min(1.0, max(self.settings.backoff, 0.05) * 4),
-                max_reconnect_attempts=-1,
+                # We reconnect ourselves (the Sender's next attempt), so a lost connection is closed
+                # for good: its socket released, its unacknowledged publishes failed and sent again.
+                allow_reconnect=False,
                 disconnected_cb=self._disconnected,
                 error_cb=self._error,
                 name="sluiceway",

@@ -90,7 +90,10 @@ class RabbitMqClient:
         import aio_pika
 
         try:
-            self._connection = await aio_pika.connect(self.settings.url, timeout=self.settings.ack_timeout)
+            # Built first and connected second (not aio_pika.connect()), so that a connection that
+            # fails half-way is still ours to close: its socket is released.
+            self._connection = aio_pika.Connection(self.settings.url)
+            await self._connection.connect(timeout=self.settings.ack_timeout)
             self._channel = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
             if self.settings.exchange:
                 self._exchange = await self._channel.get_exchange(self.settings.exchange, ensure=False)
@@ -128,7 +131,8 @@ class RabbitMqClient:
 
     async def _drop(self) -> None:
         connection, self._connection, self._channel, self._exchange = self._connection, None, None, None
-        if connection is not None and not connection.is_closed:
+        if connection is not None:
+            # Even a connection the broker already closed: closing it is what releases its socket.
             with contextlib.suppress(Exception):  # it is being replaced: nothing more to do with it
                 await connection.close()
 

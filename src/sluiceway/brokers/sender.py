@@ -262,3 +262,10 @@ class Sender:
             await self.client.close()
         except BrokerError as exc:
             log.debug("%s: close: %s", self.broker, exc)
+        # What the client library left running (readers, flushers, pingers) ends with the loop, as
+        # asyncio.run() would end it: cancelled and awaited, not garbage-collected half-way.
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+        await self._loop.shutdown_asyncgens()
