@@ -58,7 +58,7 @@ def test_three_harvesters_leader_killed_twice(postgres_dsn: str, place: Place, t
     dups = check_per_key_order(seqs(seen), writers.expected)
     duplicates = sum(dups.values())
     print(
-        f"\n{place.broker}: {len(seen)} messages for {TOTAL} records, {duplicates} duplicates; kills at {kills}"
+        f"\n{place.broker}: {len(seen)} messages for {TOTAL} records, {duplicates} duplicates, kills {kills}"
     )
     assert len(seen) >= TOTAL
     assert all(kills), "a kill happened after the writers had finished"

@@ -88,11 +88,12 @@ class RabbitMqClient:
             return
         await self._drop()
         import aio_pika
+        from yarl import URL
 
         try:
             # Built first and connected second (not aio_pika.connect()), so that a connection that
             # fails half-way is still ours to close: its socket is released.
-            self._connection = aio_pika.Connection(self.settings.url)
+            self._connection = aio_pika.Connection(URL(self.settings.url))
             await self._connection.connect(timeout=self.settings.ack_timeout)
             self._channel = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
             if self.settings.exchange:

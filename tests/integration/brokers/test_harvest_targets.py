@@ -52,6 +52,7 @@ def stash(dsn: str, records: list[OutboxRecord]) -> None:
 def test_mapping_key_value_headers_tombstone(postgres_dsn: str, place: Place) -> None:
     prepare_outbox(postgres_dsn)
     topic = place.topic("mapping")
+    headers = [("app", "shop"), ("trace", "a"), ("trace", "b")]
     stash(
         postgres_dsn,
         [
@@ -74,12 +75,11 @@ def test_mapping_key_value_headers_tombstone(postgres_dsn: str, place: Place) ->
         ("order-1", None),
         ("order-2", b""),
     ]
-    headers = seen[0][2]
     if place.broker == "nats":
         # nats-py sends one value per header name: the last one.
-        assert sorted(headers) == [("app", "shop"), ("trace", "b")]
+        assert sorted(seen[0][2]) == [("app", "shop"), ("trace", "b")]
     else:
-        assert headers == [("app", "shop"), ("trace", "a"), ("trace", "b")]
+        assert seen[0][2] == headers
 
 
 # nats-py and aiormq leave the socket of a connection attempt that the cut link refused half-way
