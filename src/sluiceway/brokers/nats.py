@@ -143,9 +143,9 @@ class NatsClient:
         for message in messages:
             subject, payload, headers = to_nats(message, stream)
             try:
-                future = await self._js.publish_async(
-                    subject, payload, headers=headers, wait_stall=self.settings.ack_timeout
-                )
+                # No wait_stall: the Sender's window (≤ max_in_flight) stays below nats-py's own
+                # limit of pending publishes, and a stall timer per message costs a task each.
+                future = await self._js.publish_async(subject, payload, headers=headers)
             except Exception as exc:
                 futures.append(map_error(exc, "publish", subject))
                 continue

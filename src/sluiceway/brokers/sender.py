@@ -76,8 +76,12 @@ class Sender:
         self._incoming: deque[_Item] = deque()
         self._wake_lock = threading.Lock()
         self._wake_pending = False
-        self._outstanding = 0  # submitted, done not yet called
-        self._idle = threading.Condition()
+        # Submitted, done not yet called; a plain lock (the hot path takes it twice per message)
+        # and an event that flush() waits on.
+        self._outstanding = 0
+        self._count_lock = threading.Lock()
+        self._drained = threading.Event()
+        self._drained.set()
         self._closing = False
         # Loop-side state (touched only on the loop thread).
         self._keys: dict[str, deque[_Item]] = {}  # key -> its queue; the head is being published
@@ -85,6 +89,7 @@ class Sender:
         self._in_flight = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._stop_event: asyncio.Event | None = None
+        self._connect_lock: asyncio.Lock
         self._thread = threading.Thread(
             target=self._run_loop, name=f"sluice-{self.broker}{'-' + name if name else ''}", daemon=True
         )
@@ -94,8 +99,10 @@ class Sender:
     def submit(self, message: Message, done: Done) -> None:
         if self._closing:
             raise BrokerError(self.broker, "publish", "the publisher is closed", target=message.topic)
-        with self._idle:
+        with self._count_lock:
             self._outstanding += 1
+            if self._drained.is_set():
+                self._drained.clear()
         self._incoming.append(_Item(message, done, time.monotonic()))
         with self._wake_lock:
             if self._wake_pending:
@@ -105,9 +112,8 @@ class Sender:
 
     def flush(self, timeout: float) -> int:
         """Wait until every submitted message is done; return how many are not."""
-        with self._idle:
-            self._idle.wait_for(lambda: self._outstanding == 0, timeout)
-            return self._outstanding
+        self._drained.wait(timeout)
+        return self._outstanding
 
     def close(self, timeout: float = 5.0) -> None:
         """Let outstanding messages finish for up to ``timeout`` s, then fail the rest (their
@@ -130,6 +136,7 @@ class Sender:
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self._loop)
         self._stop_event = asyncio.Event()
+        self._connect_lock = asyncio.Lock()
         self._loop.run_forever()
 
     def _drain(self) -> None:
@@ -203,7 +210,9 @@ class Sender:
 
     async def _attempt(self, messages: list[Message]) -> list[Outcome]:
         try:
-            await self.client.connect()
+            # One connection attempt at a time: concurrent attempts would each replace the other's.
+            async with self._connect_lock:
+                await self.client.connect()
         except BrokerError as exc:
             return [exc] * len(messages)
         return await self.client.publish(messages)
@@ -233,10 +242,10 @@ class Sender:
             item.done(outcome)
         except Exception:
             log.exception("%s: a delivery callback raised", self.broker)
-        with self._idle:
+        with self._count_lock:
             self._outstanding -= 1
             if self._outstanding == 0:
-                self._idle.notify_all()
+                self._drained.set()
         if self._ready:
             # Coalesce: everything that becomes ready in this turn of the loop goes out together.
             self._loop.call_soon(self._launch)
