@@ -1,7 +1,7 @@
 """Outbox -> NATS JetStream, RabbitMQ and Redis through the harvester, against a raw publish loop
 with the same client library, in the same run.
 
-    .venv/bin/python bench/brokers.py [--rows 20000] [--keys 1000] [--rounds 3] [--brokers nats,rabbitmq,redis]
+    .venv/bin/python bench/brokers.py [--rows 20000] [--keys 1000] [--rounds 3] [--brokers nats,redis]
 
 For each broker, interleaved rounds of:
 (a) raw loop: the same messages (same topic, key, 100-byte value, the same headers the harvester
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import sys
 import threading
@@ -89,10 +90,8 @@ class Place:
             import nats
 
             nc = await nats.connect(NATS_URL)
-            try:
+            with contextlib.suppress(Exception):  # not there yet
                 await nc.jetstream().delete_stream(self.stream)
-            except Exception:
-                pass  # not there yet
             await nc.close()
         elif self.broker == "rabbitmq":
             import aio_pika
