@@ -65,9 +65,13 @@ class Sender:
         settings: BrokerSettings,
         *,
         may_send: Callable[[], bool] = lambda: True,
+        stop_key_on_failure: bool = False,
         name: str = "",
     ) -> None:
         self.client = client
+        #: A failed message fails the messages queued behind it for the same key too (a sink that
+        #: hands over whole batches: nothing of a key may be published after its failed record).
+        self.stop_key_on_failure = stop_key_on_failure
         self.broker = client.broker
         self.settings = settings
         self.may_send = may_send
@@ -234,10 +238,29 @@ class Sender:
         self._in_flight -= 1
         queue = self._keys[item.message.key]
         queue.popleft()
+        if queue and self.stop_key_on_failure and isinstance(outcome, BrokerError):
+            # None of these was attempted (only a key's head is), so none is in the window.
+            del self._keys[item.message.key]
+            self._complete(item, outcome)
+            behind = BrokerError(
+                self.broker,
+                "publish",
+                f"not sent: an earlier message of key {item.message.key!r} failed ({outcome.problem})",
+                target=item.message.topic,
+            )
+            for later in queue:
+                self._complete(later, behind)
+            return
         if queue:
             self._ready.append(queue[0])
         else:
             del self._keys[item.message.key]
+        self._complete(item, outcome)
+        if self._ready:
+            # Coalesce: everything that becomes ready in this turn of the loop goes out together.
+            self._loop.call_soon(self._launch)
+
+    def _complete(self, item: _Item, outcome: Outcome) -> None:
         try:
             item.done(outcome)
         except Exception:
@@ -246,9 +269,6 @@ class Sender:
             self._outstanding -= 1
             if self._outstanding == 0:
                 self._drained.set()
-        if self._ready:
-            # Coalesce: everything that becomes ready in this turn of the loop goes out together.
-            self._loop.call_soon(self._launch)
 
     async def _shutdown(self) -> None:
         assert self._stop_event is not None
