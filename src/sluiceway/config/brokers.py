@@ -34,6 +34,11 @@ class BrokerSettings(StrictModel):
     max_in_flight: int = Field(1000, alias="maxInFlight", ge=1)
 
 
+def _redact(url: str) -> str:
+    """A URL fit for logs: any password masked."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
 class NatsSettings(BrokerSettings):
     """NATS JetStream: subject = the record's topic (namespace)."""
 
@@ -41,6 +46,10 @@ class NatsSettings(BrokerSettings):
     #: The stream that must store the subjects (``Nats-Expected-Stream``): a record whose subject
     #: no stream or another stream captures is refused instead of landing elsewhere.
     stream: str | None = None
+
+    def describe(self) -> str:
+        where = ",".join(_redact(s) for s in self.servers)
+        return f"nats {where}" + (f" stream {self.stream}" if self.stream else "")
 
     @field_validator("stream")
     @classmethod
@@ -59,6 +68,9 @@ class RabbitMqSettings(BrokerSettings):
     #: Unroutable records (no queue bound for the routing key) fail instead of being dropped.
     mandatory: bool = False
 
+    def describe(self) -> str:
+        return f"rabbitmq {_redact(self.url)} exchange {self.exchange or '(default)'}"
+
     @field_validator("exchange")
     @classmethod
     def _exchange(cls, value: str) -> str:
@@ -73,6 +85,9 @@ class RedisSettings(BrokerSettings):
     url: str = "redis://127.0.0.1:6379/0"
     #: Trim each stream to about this many entries (``XADD … MAXLEN ~ n``); 0 = never trim.
     max_len: int = Field(0, alias="maxLen", ge=0)
+
+    def describe(self) -> str:
+        return f"redis {_redact(self.url)}"
 
 
 class _Target(StrictModel):

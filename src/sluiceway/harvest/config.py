@@ -188,6 +188,15 @@ class Harvest(StrictModel):
             return self.target.type
         return "journal" if self.journal is not None else "kafka"
 
+    def describe_destination(self) -> str:
+        """The destination in one line for logs, events, metrics and ``sluice outbox stats``
+        (passwords masked): ``nats nats://host:4222 stream ORDERS``, ``journal ./journal``…"""
+        if self.target is not None:
+            return self.target.describe()
+        if self.journal is not None:
+            return f"journal {self.journal.path}"
+        return f"kafka {self.kafka_config.get('bootstrap.servers', '')}"
+
     @property
     def dialect(self) -> Dialect:
         return parse_dsn(self.data_source).dialect

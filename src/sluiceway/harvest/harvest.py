@@ -192,7 +192,10 @@ class Harvest:
             return not self._stopping.is_set() and self.election.is_leader()
 
         try:
-            self.engine.run_term(should_run, on_start=lambda leader_id: self._emit(LeaderAcquired(leader_id)))
+            destination = self.config.harvest.describe_destination()
+            self.engine.run_term(
+                should_run, on_start=lambda leader_id: self._emit(LeaderAcquired(leader_id, destination))
+            )
         finally:
             publisher.close()
             if self._spares is not None:
@@ -210,7 +213,7 @@ class Harvest:
         if h.metrics_addr:
             from sluiceway.harvest.metrics import HarvestMetrics
 
-            self._metrics = HarvestMetrics(h.name)
+            self._metrics = HarvestMetrics(h.name, destination=h.destination)
             host, port = self._metrics.serve(h.metrics_addr)
             log.info("metrics on http://%s:%d/metrics", host, port)
             user = self._handler

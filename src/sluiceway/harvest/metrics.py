@@ -17,7 +17,7 @@ from sluiceway.harvest.events import (
 class HarvestMetrics:
     """Turns harvester events into Prometheus series on a private registry."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, destination: str = "kafka") -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry()
@@ -42,6 +42,13 @@ class HarvestMetrics:
             registry=self.registry,
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
+        # Which kind of destination this harvester publishes to (kafka, journal, nats, rabbitmq, redis).
+        Gauge(
+            "sluice_harvest_destination",
+            "1 for the kind of destination the harvester publishes to",
+            ["harvest", "destination"],
+            registry=self.registry,
+        ).labels(name, destination).set(1)
         self._server: Any = None
 
     def observe(self, event: Event) -> None:
