@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sluiceway.errors import (
+    BrokerError,
     ConfigError,
     ConflictError,
     DatabaseError,
@@ -50,6 +51,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "BrokerError",
     "ConfigError",
     "ConflictError",
     "DatabaseError",

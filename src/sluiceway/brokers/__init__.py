@@ -10,13 +10,15 @@ loss. The harvester (``harvest/brokers.py``) and the pipeline's sinks and source
 
 from sluiceway.brokers.message import Ack, BrokerClient, Message
 from sluiceway.brokers.sender import Sender
-from sluiceway.config.brokers import BrokerSettings, NatsSettings, RabbitMqSettings, RedisSettings
+from sluiceway.config.brokers import BrokerSettings
 
-__all__ = ["Ack", "BrokerClient", "Message", "Sender", "open_client"]
+__all__ = ["Ack", "BrokerClient", "BrokerSettings", "Message", "Sender", "open_client"]
 
 
 def open_client(settings: BrokerSettings) -> BrokerClient:
     """The adapter for a broker's settings (the client library is imported here, not before)."""
+    from sluiceway.config.brokers import NatsSettings, RabbitMqSettings, RedisSettings
+
     if isinstance(settings, NatsSettings):
         from sluiceway.brokers.nats import NatsClient
 
