@@ -1,7 +1,7 @@
 """Outbox -> NATS JetStream, RabbitMQ and Redis through the harvester, against a raw publish loop
 with the same client library, in the same run.
 
-    .venv/bin/python bench/brokers.py [--rows 20000] [--keys 1000] [--rounds 3] [--brokers nats,redis]
+    .venv/bin/python bench/brokers.py [--rows 50000] [--keys 1000] [--rounds 3] [--brokers nats,redis]
 
 For each broker, interleaved rounds of:
 (a) raw loop: the same messages (same topic, key, 100-byte value, the same headers the harvester
@@ -254,7 +254,7 @@ def drain(dsn: str, place: Place, rows: int, mark: int, window: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, default=20_000)
+    ap.add_argument("--rows", type=int, default=50_000)
     ap.add_argument("--keys", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--mark-records", type=int, default=500)
