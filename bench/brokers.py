@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import statistics
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -32,11 +31,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import report, scratch_postgres
+from _common import report, scratch_postgres, timed_drain
 from harvest import VALUE, load, outbox_rows
 from sluiceway.brokers import Message
-from sluiceway.harvest import Harvest, HarvestConfig, LeaderAcquired
-from sluiceway.testing import wait_until
+from sluiceway.harvest import HarvestConfig
 
 NATS_URL = "nats://127.0.0.1:4222"
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
@@ -238,18 +236,7 @@ def drain(dsn: str, place: Place, rows: int, mark: int, window: int) -> float:
             }
         }
     )
-    acquired = threading.Event()
-    harvest = Harvest(config)
-    harvest.set_event_handler(lambda e: acquired.set() if isinstance(e, LeaderAcquired) else None)
-    harvest.start()
-    try:
-        wait_until(acquired.is_set, timeout=30)
-        start = time.perf_counter()
-        wait_until(lambda: outbox_rows(dsn) == 0, timeout=900, interval=0.01)
-        elapsed = time.perf_counter() - start
-    finally:
-        harvest.stop()
-    return rows / elapsed
+    return timed_drain(config, rows, lambda: outbox_rows(dsn))
 
 
 def main() -> None:

@@ -108,11 +108,7 @@ class BrokerError(PublishError):
         retriable: bool = False,
         permanent: bool = False,
     ) -> None:
-        self.broker = broker
-        self.action = action
-        self.target = target
-        self.problem = problem
-        self.retriable = retriable
-        self.permanent = permanent
+        self.broker, self.action, self.target, self.problem = broker, action, target, problem
+        self.retriable, self.permanent = retriable, permanent
         where = f" {target!r}" if target else ""
         super().__init__(f"{broker}: {action}{where} failed: {problem}")

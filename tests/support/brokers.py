@@ -301,9 +301,7 @@ class CuttableProxy:
         except OSError:
             pass
         for s in (src, dst):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-            s.close()
+            _hang_up(s)
 
     def cut(self) -> None:
         with self._lock:
@@ -311,9 +309,7 @@ class CuttableProxy:
             self.cuts += 1
             conns, self._conns = self._conns, []
         for s in conns:
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-            s.close()
+            _hang_up(s)
 
     def restore(self) -> None:
         with self._lock:
@@ -323,3 +319,9 @@ class CuttableProxy:
         self._closed = True
         self.cut()
         self._server.close()
+
+
+def _hang_up(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()

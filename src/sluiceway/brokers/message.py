@@ -42,6 +42,16 @@ class Ack:
     duplicate: bool = False
 
 
+def unexpected(broker: str, action: str, exc: BaseException, target: str = "") -> BrokerError:
+    """A timeout, or a client error no adapter rule names: assumed passing (a lost connection, a
+    broker restarting), so the message is tried again until its delivery timeout."""
+    if isinstance(exc, TimeoutError):  # asyncio's and the clients' timeouts derive from it
+        problem = f"no {'reply' if broker == 'redis' else 'acknowledgement'} in time"
+    else:
+        problem = f"{type(exc).__name__}: {str(exc) or 'no detail'}"
+    return BrokerError(broker, action, problem, target=target, retriable=True)
+
+
 class BrokerClient(Protocol):
     """The port of one broker connection, used from one asyncio event loop."""
 

@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from sluiceway.brokers.message import KEY_HEADER, TOMBSTONE_HEADER, Ack, Message
+from sluiceway.brokers.message import KEY_HEADER, TOMBSTONE_HEADER, Ack, Message, unexpected
 from sluiceway.config.brokers import NatsSettings
 from sluiceway.errors import BrokerError
 
@@ -85,11 +85,7 @@ def map_error(exc: BaseException, action: str, target: str = "") -> BrokerError:
             target=target,
             retriable=True,
         )
-    if isinstance(exc, asyncio.TimeoutError | TimeoutError):
-        return BrokerError(BROKER, action, "no acknowledgement in time", target=target, retriable=True)
-    if isinstance(exc, nats.errors.Error | OSError | ConnectionError):
-        return BrokerError(BROKER, action, f"{type(exc).__name__}: {text}", target=target, retriable=True)
-    return BrokerError(BROKER, action, f"{type(exc).__name__}: {text}", target=target, retriable=True)
+    return unexpected(BROKER, action, exc, target)
 
 
 class NatsClient:
@@ -98,11 +94,11 @@ class NatsClient:
     broker = BROKER
 
     def __init__(self, settings: NatsSettings) -> None:
-        self.settings = settings
-        self._nc: Any = None
-        self._js: Any = None
         # Publishes awaiting their acknowledgement: failed at once when the connection drops.
         self._waiting: set[asyncio.Future[Any]] = set()
+        self.settings = settings
+        self._nc: Any = None  # the connection, and its JetStream context
+        self._js: Any = None
 
     async def connect(self) -> None:
         if self._nc is not None and not self._nc.is_closed:

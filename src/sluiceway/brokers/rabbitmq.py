@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sluiceway.brokers.message import KEY_HEADER, TOMBSTONE_HEADER, Ack, Message
+from sluiceway.brokers.message import KEY_HEADER, TOMBSTONE_HEADER, Ack, Message, unexpected
 from sluiceway.config.brokers import RabbitMqSettings
 from sluiceway.errors import BrokerError
 
@@ -59,9 +59,7 @@ def map_error(exc: BaseException, action: str, target: str = "") -> BrokerError:
         return BrokerError(BROKER, action, f"not found: {text}", target=target, retriable=True)
     if isinstance(exc, aiormq.exceptions.ChannelAccessRefused | aiormq.exceptions.AuthenticationError):
         return BrokerError(BROKER, action, f"refused: {text}", target=target, retriable=True)
-    if isinstance(exc, asyncio.TimeoutError | TimeoutError):
-        return BrokerError(BROKER, action, "no publisher confirm in time", target=target, retriable=True)
-    return BrokerError(BROKER, action, f"{type(exc).__name__}: {text}", target=target, retriable=True)
+    return unexpected(BROKER, action, exc, target)
 
 
 class RabbitMqClient:

@@ -18,7 +18,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from sluiceway.brokers.message import Ack, Message
+from sluiceway.brokers.message import Ack, Message, unexpected
 from sluiceway.config.brokers import RedisSettings
 from sluiceway.errors import BrokerError
 
@@ -92,9 +92,9 @@ def map_error(exc: BaseException, action: str, target: str = "") -> BrokerError:
     text = str(exc) or type(exc).__name__
     if isinstance(exc, redis.exceptions.ResponseError) and text.startswith(_PERMANENT_REPLIES):
         return BrokerError(BROKER, action, text, target=target, permanent=True)
-    if isinstance(exc, redis.exceptions.TimeoutError | TimeoutError):
-        return BrokerError(BROKER, action, "no reply in time", target=target, retriable=True)
-    return BrokerError(BROKER, action, f"{type(exc).__name__}: {text}", target=target, retriable=True)
+    if isinstance(exc, redis.exceptions.TimeoutError):
+        return unexpected(BROKER, action, TimeoutError(), target)
+    return unexpected(BROKER, action, exc, target)
 
 
 def connect_redis(settings: RedisSettings, *, decode: bool = False) -> Any:

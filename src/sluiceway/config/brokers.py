@@ -10,12 +10,30 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field
 
 from sluiceway.config.types import Duration, StrictModel
 
-_STREAM = re.compile(r"^[A-Za-z0-9_-]{1,255}$")
-_EXCHANGE = re.compile(r"^[A-Za-z0-9_.:-]{0,255}$")
+
+def _matching(pattern: str, expected: str) -> AfterValidator:
+    regex = re.compile(pattern)
+
+    def check(value: str) -> str:
+        if not regex.match(value):
+            raise ValueError(expected)
+        return value
+
+    return AfterValidator(check)
+
+
+#: A JetStream stream name.
+StreamName = Annotated[
+    str, _matching(r"^[A-Za-z0-9_-]{1,255}$", "a JetStream stream name: letters, digits, '_' and '-'")
+]
+#: A RabbitMQ exchange name ("" is the default exchange).
+ExchangeName = Annotated[
+    str, _matching(r"^[A-Za-z0-9_.:-]{0,255}$", "an exchange name: letters, digits, '_', '-', '.' and ':'")
+]
 
 
 class BrokerSettings(StrictModel):
@@ -45,18 +63,11 @@ class NatsSettings(BrokerSettings):
     servers: list[str] = Field(default_factory=lambda: ["nats://127.0.0.1:4222"], min_length=1)
     #: The stream that must store the subjects (``Nats-Expected-Stream``): a record whose subject
     #: no stream or another stream captures is refused instead of landing elsewhere.
-    stream: str | None = None
+    stream: StreamName | None = None
 
     def describe(self) -> str:
         where = ",".join(_redact(s) for s in self.servers)
         return f"nats {where}" + (f" stream {self.stream}" if self.stream else "")
-
-    @field_validator("stream")
-    @classmethod
-    def _stream(cls, value: str | None) -> str | None:
-        if value is not None and not _STREAM.match(value):
-            raise ValueError("a JetStream stream name: letters, digits, '_' and '-'")
-        return value
 
 
 class RabbitMqSettings(BrokerSettings):
@@ -64,19 +75,12 @@ class RabbitMqSettings(BrokerSettings):
 
     url: str = "amqp://guest:guest@127.0.0.1:5672/"
     #: The exchange to publish to ("" is the default exchange: routing key = queue name).
-    exchange: str = ""
+    exchange: ExchangeName = ""
     #: Unroutable records (no queue bound for the routing key) fail instead of being dropped.
     mandatory: bool = False
 
     def describe(self) -> str:
         return f"rabbitmq {_redact(self.url)} exchange {self.exchange or '(default)'}"
-
-    @field_validator("exchange")
-    @classmethod
-    def _exchange(cls, value: str) -> str:
-        if not _EXCHANGE.match(value):
-            raise ValueError("an exchange name: letters, digits, '_', '-', '.' and ':'")
-        return value
 
 
 class RedisSettings(BrokerSettings):

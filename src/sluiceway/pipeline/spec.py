@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from sluiceway.config.brokers import NatsSettings, RabbitMqSettings, RedisSettings
+from sluiceway.config.brokers import NatsSettings, RabbitMqSettings, RedisSettings, StreamName
 from sluiceway.config.loader import interpolate, load_yaml
 from sluiceway.config.types import Duration, SqlIdentifier, TableName
 from sluiceway.config.types import StrictModel as _Model
@@ -140,7 +140,7 @@ class NatsSourceSpec(_Source, NatsSettings):
     """A JetStream stream; offsets are stream sequences."""
 
     type: Literal["nats"]
-    stream: str
+    stream: StreamName
     #: Only messages whose subject matches (NATS wildcards); default: the whole stream.
     subject: str | None = None
     starting_offset: Literal["earliest", "latest"] | int = "earliest"

@@ -27,16 +27,9 @@ import pyarrow as pa
 from sluiceway.brokers.nats import from_nats, map_error
 from sluiceway.pipeline.offsets import next_end
 from sluiceway.pipeline.record import RECORD_SCHEMA, with_delete_ops
-from sluiceway.pipeline.sources.common import (
-    float_option,
-    limit_rows,
-    max_records,
-    option,
-    required,
-    spark_record_schema,
-)
+from sluiceway.pipeline.sources.common import RecordSource, limit_rows, max_records, option, required
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition  # isort: skip
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition  # isort: skip
 from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow  # isort: skip
 
 NAME = "sluice-nats"
@@ -144,20 +137,6 @@ def _servers(options: Any) -> list[str]:
     return [s.strip() for s in raw.split(",") if s.strip()]
 
 
-class NatsDataSource(DataSource):
-    """Reads a JetStream stream. See the module docstring for options."""
-
-    @classmethod
-    def name(cls) -> str:
-        return NAME
-
-    def schema(self) -> Any:
-        return spark_record_schema()
-
-    def streamReader(self, schema: Any) -> NatsStreamReader:
-        return NatsStreamReader(dict(self.options))
-
-
 class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, Any]) -> None:
         self.servers = _servers(options)
@@ -165,7 +144,7 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.subject = option(options, "subject")
         self.starting = (option(options, "startingOffset", "earliest") or "earliest").lower()
         self.max_rows = max_records(options)
-        self.poll_timeout = float_option(options, "pollTimeout", 2.0)
+        self.poll_timeout = float(option(options, "pollTimeout") or 2.0)
         self.target: int | None = None
 
     def initialOffset(self) -> dict[str, int]:
@@ -198,3 +177,10 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: NatsPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return read_range(partition, self.poll_timeout)
+
+
+class NatsDataSource(RecordSource):
+    """Reads a JetStream stream. See the module docstring for options."""
+
+    NAME = NAME
+    READER = NatsStreamReader

@@ -28,9 +28,9 @@ import pyarrow as pa
 
 from sluiceway.brokers.redis import entry_offset, from_fields, map_error, raw_stream_replies
 from sluiceway.pipeline.record import RECORD_SCHEMA, with_delete_ops
-from sluiceway.pipeline.sources.common import limit_rows, max_records, option, required, spark_record_schema
+from sluiceway.pipeline.sources.common import RecordSource, limit_rows, max_records, option, required
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition  # isort: skip
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition  # isort: skip
 from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow  # isort: skip
 
 NAME = "sluice-redis"
@@ -130,20 +130,6 @@ def read_range(part: RedisPartition) -> Iterator[pa.RecordBatch]:
         client.close()
 
 
-class RedisDataSource(DataSource):
-    """Reads a Redis stream. See the module docstring for options."""
-
-    @classmethod
-    def name(cls) -> str:
-        return NAME
-
-    def schema(self) -> Any:
-        return spark_record_schema()
-
-    def streamReader(self, schema: Any) -> RedisStreamReader:
-        return RedisStreamReader(dict(self.options))
-
-
 class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, Any]) -> None:
         self.url = option(options, "url", "redis://127.0.0.1:6379/0") or ""
@@ -181,3 +167,10 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: RedisPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return read_range(partition)
+
+
+class RedisDataSource(RecordSource):
+    """Reads a Redis stream. See the module docstring for options."""
+
+    NAME = NAME
+    READER = RedisStreamReader
