@@ -7,8 +7,13 @@
    Python data source here, which tells the journal's own cost from Spark's transfer cost.
 2. ``sluice-outbox`` → Kafka sink through a pipeline (``--once``): records/s from a Postgres
    outbox to a Tansu broker, including claims, reads, purges and delivery acks.
+3. End to end, N records (default 1,000,000) journal → parquet through ``sluice pipeline``
+   (``--once``: the sink writes from Spark's tasks), against plain Structured Streaming with the
+   ``sluice-journal`` source and Spark's own Parquet sink (``writeStream.format("parquet")``,
+   ``availableNow``): same session, same journal, alternating rounds after a warm-up, best of
+   three. Also journal → journal sink and journal → postgres sink (rows/s).
 
-    .venv/bin/python bench/pipeline.py [--records 2000000] [--outbox 100000]
+    .venv/bin/python bench/pipeline.py [--records 2000000] [--outbox 100000] [--e2e 1000000]
 
 Prints a table, then one JSON line.
 """
@@ -90,6 +95,73 @@ def bench_read(spark: object, n: int, work: str) -> dict[str, float]:
     }
 
 
+def bench_e2e(spark: object, n: int, work: str) -> dict[str, float]:
+    """journal → parquet through the pipeline vs plain Structured Streaming with Spark's Parquet sink."""
+    from sluiceway.pipeline import Pipeline, PipelineSpec
+
+    journal = os.path.join(work, "e2e-journal")
+    make_journal(journal, n)
+    rounds: dict[str, list[float]] = {"pipeline": [], "native": []}
+
+    def pipeline_once(tag: str, sink: dict[str, object]) -> float:
+        spec = PipelineSpec.from_dict(
+            {
+                "name": f"e2e-{tag}",
+                "source": {"type": "journal", "path": journal, "max_records_per_batch": n},
+                "sinks": [{"name": "out", **sink}],
+                "checkpoint": os.path.join(work, f"cp-{tag}"),
+            }
+        )
+        t0 = time.perf_counter()
+        runs = Pipeline(spec, spark).run(once=True, handle_signals=False)
+        elapsed = time.perf_counter() - t0
+        assert runs["out"].state == "finished", runs
+        return elapsed
+
+    def native_once(tag: str) -> float:
+        df = (
+            spark.readStream.format("sluice-journal")
+            .option("path", journal)
+            .option(  # type: ignore[attr-defined]
+                "maxRecordsPerBatch", str(n)
+            )
+            .load()
+        )
+        t0 = time.perf_counter()
+        query = (
+            df.writeStream.format("parquet")
+            .option("path", os.path.join(work, f"native-{tag}"))
+            .option("checkpointLocation", os.path.join(work, f"native-cp-{tag}"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        return time.perf_counter() - t0
+
+    pipeline_once("warm", {"type": "parquet", "path": os.path.join(work, "lake-warm")})
+    native_once("warm")
+    for i in range(3):  # alternate, so neither gets a warmer machine
+        steps = [
+            lambda: rounds["pipeline"].append(
+                pipeline_once(f"p{i}", {"type": "parquet", "path": os.path.join(work, f"lake-{i}")})  # noqa: B023
+            ),
+            lambda: rounds["native"].append(native_once(f"n{i}")),  # noqa: B023
+        ]
+        for step in steps if i % 2 == 0 else reversed(steps):
+            step()
+    journal_sink = pipeline_once("journal", {"type": "journal", "path": os.path.join(work, "copy")})
+    with scratch_postgres("sluice_bench_e2e") as dsn:
+        postgres_sink = pipeline_once("postgres", {"type": "postgres", "dsn": dsn, "table": "latest"})
+    return {
+        "pipeline_rps": n / min(rounds["pipeline"]),
+        "native_rps": n / min(rounds["native"]),
+        "pipeline_rounds": rounds["pipeline"],  # type: ignore[dict-item]
+        "native_rounds": rounds["native"],  # type: ignore[dict-item]
+        "journal_sink_rps": n / journal_sink,
+        "postgres_sink_rps": n / postgres_sink,
+    }
+
+
 def bench_outbox(spark: object, rows: int, work: str) -> dict[str, float]:
     from sluiceway.db import Database
     from sluiceway.outbox import init_outbox
@@ -140,6 +212,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=2_000_000)
     ap.add_argument("--outbox", type=int, default=100_000)
+    ap.add_argument("--e2e", type=int, default=1_000_000, help="records for the end-to-end measure")
     args = ap.parse_args()
 
     from _arrow_source import ArrowFileSource
@@ -155,6 +228,8 @@ def main() -> None:
         read = bench_read(spark, args.records, work)
         print(f"read: {read}", file=sys.stderr)
         out = bench_outbox(spark, args.outbox, work)
+        e2e = bench_e2e(spark, args.e2e, work)
+        print(f"e2e: {e2e}", file=sys.stderr)
     ratio = read["journal_rps"] / read["parquet_rps"]
     report(
         f"pipeline: {args.records:,} records into noop (local[2]); outbox {args.outbox:,} rows → Kafka",
@@ -177,6 +252,17 @@ def main() -> None:
                 f"{out['outbox_to_kafka_rps']:,.0f}  ({out['outbox_s']:.1f}s)",
             ),
             ("outbox rows left after --once", f"{out['outbox_left']:.0f}"),
+            (
+                f"e2e journal → parquet, {args.e2e:,} records: sluice pipeline, records/s",
+                f"{e2e['pipeline_rps']:,.0f}",
+            ),
+            ("e2e plain Structured Streaming + Spark's Parquet sink, records/s", f"{e2e['native_rps']:,.0f}"),
+            (
+                "e2e ratio (pipeline / plain)",
+                f"{e2e['pipeline_rps'] / e2e['native_rps']:.2f}  (target ≥ 0.90)",
+            ),
+            ("e2e journal → journal sink, records/s", f"{e2e['journal_sink_rps']:,.0f}"),
+            ("e2e journal → postgres sink (upsert), records/s", f"{e2e['postgres_sink_rps']:,.0f}"),
         ],
         {
             "bench": "pipeline",
@@ -186,6 +272,12 @@ def main() -> None:
             "python_source_ceiling_rps": round(read["arrow_rps"]),
             "ratio_vs_ceiling": round(read["journal_rps"] / read["arrow_rps"], 3),
             "outbox_to_kafka_rps": round(out["outbox_to_kafka_rps"]),
+            "e2e_records": args.e2e,
+            "e2e_pipeline_rps": round(e2e["pipeline_rps"]),
+            "e2e_native_rps": round(e2e["native_rps"]),
+            "e2e_ratio": round(e2e["pipeline_rps"] / e2e["native_rps"], 3),
+            "e2e_journal_sink_rps": round(e2e["journal_sink_rps"]),
+            "e2e_postgres_sink_rps": round(e2e["postgres_sink_rps"]),
         },
     )
     spark.stop()  # type: ignore[attr-defined]

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Start the local services the tests need if they are down (PostgreSQL, MariaDB, Redis, RabbitMQ,
-# NATS with JetStream). The Kafka-protocol broker and Spark are started by the test fixtures themselves.
+# NATS with JetStream), and install the browser the console's tests drive (Debian's Chromium) if it
+# is missing. The Kafka-protocol broker and Spark are started by the test fixtures themselves.
 set -u
 pg_up() { pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; }
 my_up() { mariadb-admin -h 127.0.0.1 -uroot --connect-timeout=2 ping >/dev/null 2>&1 || mysqladmin -h 127.0.0.1 -uroot ping >/dev/null 2>&1; }
@@ -48,3 +49,16 @@ if ! port_up 4222; then
 fi
 port_up 4222 || { echo "services: NATS is not reachable on 127.0.0.1:4222" >&2; exit 1; }
 echo "services: PostgreSQL, MariaDB, Redis, RabbitMQ and NATS are up"
+
+# tests/integration/ui drives Debian's chromium through Playwright (Playwright's own browser
+# download is not reachable here). Installed once, as root, only when it is missing.
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "services: chromium is missing; install it (apt-get install chromium) for the console's browser tests" >&2
+    exit 1
+  fi
+  echo "services: installing chromium (Debian's package) for the console's browser tests"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
+    || { echo "services: could not install chromium" >&2; exit 1; }
+fi
+echo "services: chromium is $(command -v chromium)"

@@ -4,6 +4,7 @@ Public API (everything else is internal)::
 
     from sluiceway import OutboxRecord, Stasher            # write outbox rows in your transaction
     from sluiceway import Harvest, HarvestConfig           # the MP/R harvester (embedded)
+    from sluiceway import Deduplicator                     # consumers: drop re-sent records
     from sluiceway import Journal                          # the embedded durable log
     from sluiceway import Feed, FeedWorker                 # the database-backed work feed
 """
@@ -32,7 +33,7 @@ from sluiceway.outbox import OutboxRecord, PreparedStash, Stasher
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers and IDEs
     from sluiceway.feed import Feed, FeedWorker
-    from sluiceway.harvest import Harvest, HarvestConfig
+    from sluiceway.harvest import Deduplicator, Harvest, HarvestConfig
     from sluiceway.journal import Journal
     from sluiceway.pipeline import Pipeline, PipelineSpec
 
@@ -41,6 +42,7 @@ __version__ = "0.1.0"
 
 # Heavier parts load on first use, so `import sluiceway` stays cheap for a service that only stashes.
 _LAZY = {
+    "Deduplicator": "sluiceway.harvest",
     "Harvest": "sluiceway.harvest",
     "HarvestConfig": "sluiceway.harvest",
     "Journal": "sluiceway.journal",
@@ -57,6 +59,7 @@ __all__ = [
     "DatabaseError",
     "DatabaseUnavailableError",
     "DeadlockError",
+    "Deduplicator",
     "Feed",
     "FeedWorker",
     "Harvest",

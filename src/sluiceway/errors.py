@@ -77,7 +77,21 @@ class LockTimeoutError(DatabaseError):
 
 
 class PublishError(SluicewayError):
-    """A record could not be handed to the broker or journal."""
+    """A record could not be handed to the broker or journal.
+
+    ``permanent``: the destination can never accept it; ``fatal``: the client can deliver nothing
+    more and must be replaced.
+    """
+
+    permanent: bool = False
+    fatal: bool = False
+
+
+class PublisherFailedError(PublishError):
+    """The destination client failed for good during a leadership term (a fatal producer error):
+    the term ends, its rows stay for the next term, which opens a fresh client."""
+
+    fatal = True
 
 
 class LeadershipError(SluicewayError):

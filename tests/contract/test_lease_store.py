@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from sluiceway.db import Database
 from sluiceway.election import LeaseStore, SqlLeaseStore
+from sluiceway.election.lease import inspect_lease
 from sluiceway.election.memory import MemoryLeaseStore
 from sluiceway.testing import ManualClock, wait_until
 
@@ -54,6 +56,7 @@ def test_a_free_lease_is_taken_with_a_new_epoch(leases: Leases) -> None:
     taken = leases.store.acquire("orders", "a", TTL)
     assert taken is not None and (taken.holder, taken.epoch, taken.version) == ("a", 1, 1)
     assert 0 < taken.remaining <= TTL
+    assert taken.term is not None and 0 <= taken.term < 5, "the term starts at the acquisition"
     assert leases.store.acquire("orders", "b", TTL) is None, "held: a rival cannot take it"
     assert leases.store.acquire("orders", "a", TTL) is None, "nor can the holder take it twice"
 
@@ -86,7 +89,7 @@ def test_only_the_holder_releases_and_a_released_lease_is_free_at_once(leases: L
     assert leases.store.acquire("orders", "b", TTL) is None
     leases.store.release("orders", "a", taken.epoch)
     view = leases.store.read("orders")
-    assert view is not None and view.holder is None
+    assert view is not None and view.holder is None and view.term is None
     rival = leases.store.acquire("orders", "b", TTL)
     assert rival is not None and rival.epoch == 2
 
@@ -94,3 +97,28 @@ def test_only_the_holder_releases_and_a_released_lease_is_free_at_once(leases: L
 def test_names_are_independent(leases: Leases) -> None:
     assert leases.store.acquire("orders", "a", TTL) is not None
     assert leases.store.acquire("payments", "b", TTL) is not None
+
+
+def test_a_table_from_before_terms_were_recorded_is_read_as_it_is_then_upgraded(any_dsn: str) -> None:
+    table = f"leases_{uuid.uuid4().hex[:8]}"
+    with Database(any_dsn) as db:
+        assert inspect_lease(db, "orders", table) is None, "no table: nothing to show, nothing created"
+        db.execute(
+            f"CREATE TABLE {table} (name VARCHAR(200) PRIMARY KEY, holder VARCHAR(100), "
+            "epoch BIGINT NOT NULL DEFAULT 0, version BIGINT NOT NULL DEFAULT 0, "
+            "expires_at DOUBLE PRECISION NOT NULL DEFAULT 0)"
+        )
+        db.execute(
+            f"INSERT INTO {table} (name, holder, epoch, version, expires_at) VALUES ('orders', 'a', 3, 7, 0)"
+        )
+        old = inspect_lease(db, "orders", table)
+        assert old is not None and (old.holder, old.epoch, old.term) == ("a", 3, None)
+    store = SqlLeaseStore(any_dsn, table)
+    try:
+        taken = store.acquire("orders", "b", TTL)  # first use adds acquired_at
+        assert taken is not None and taken.epoch == 4 and taken.term is not None
+    finally:
+        store.close()
+    with Database(any_dsn) as db:
+        view = inspect_lease(db, "orders", table)
+        assert view is not None and view.holder == "b" and view.term is not None and view.term >= 0

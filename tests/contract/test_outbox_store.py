@@ -301,3 +301,15 @@ def test_bury_is_one_transaction(outbox: Outbox) -> None:
     outbox.store.bury(record, "boom", 2)
     assert outbox.leaders() == {}
     assert outbox.dead() == {record.id: (record, "boom", 2)}
+
+
+# --- parked keys ----------------------------------------------------------------------------
+def test_a_parked_dead_letter_hides_its_keys_later_rows_from_every_leader(outbox: Outbox) -> None:
+    stashed = stash_many(outbox, 7)  # keys k0, k1, k2, k0, k1, k2, k0
+    marked = outbox.store.mark(leader(), 10)
+    outbox.store.bury(marked[0], "poison", 1, True)  # k0's first row: k0 is parked
+    assert outbox.store.parked_keys() == 1
+    assert ids(outbox.store.mark(leader(), 10)) == [stashed[i] for i in (1, 2, 4, 5)]
+    outbox.store.bury(marked[1], "not parking", 1, False)  # k1 goes on without its row
+    assert outbox.store.parked_keys() == 1
+    assert ids(outbox.store.mark(leader(), 10)) == [stashed[i] for i in (2, 4, 5)]

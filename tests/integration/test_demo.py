@@ -23,3 +23,4 @@ def test_demo_small(tmp_path: Path, spark) -> None:  # type: ignore[no-untyped-d
     assert names[0].startswith("orders service") and report.stages[0].records == 2000
     assert all(s.records > 0 for s in report.stages), report.stages
     assert "sluice journal read" in text
+    assert f"sluice ui --config {report.workspace}" in " ".join(text.split())

@@ -7,6 +7,7 @@ Events go to stderr, one per line, so the test can tell who leads.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import signal
 import sys
@@ -19,6 +20,10 @@ from sluiceway.harvest.ports import Delivery, Publisher
 from sluiceway.outbox.record import MarkedRecord
 
 
+class PoisonError(PublishError):
+    permanent = True
+
+
 class FaultyPublisher:
     """Wraps a real publisher; fails ``rate`` of sends in three ways: refused before sending,
     sent but reported failed (a lost ack: the broker has it, we think not), or dropped and
@@ -29,8 +34,14 @@ class FaultyPublisher:
         self.rate = rate
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
+        # SLUICE_CHAOS_POISON=KEY:SEQ:FLAGFILE: that record is refused for good while FLAGFILE exists.
+        key, _, rest = os.environ.get("SLUICE_CHAOS_POISON", "").partition(":")
+        seq, _, self.poison_flag = rest.partition(":")
+        self.poison = (key, b'{"seq": %d}' % int(seq)) if key else None
 
     def send(self, record: MarkedRecord, on_done: Callable[[Delivery], None]) -> None:
+        if self.poison == (record.key, record.value) and os.path.exists(self.poison_flag):
+            raise PoisonError("injected fault: poison record")
         with self.lock:
             roll = self.rng.random()
             mode = self.rng.randrange(3)
@@ -58,7 +69,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
     config = HarvestConfig.from_file(path)
     harvest = Harvest(config)
-    if rate > 0:
+    if rate > 0 or os.environ.get("SLUICE_CHAOS_POISON"):
         base = harvest._publisher_factory
         harvest._publisher_factory = lambda epoch: FaultyPublisher(base(epoch), rate, seed + epoch)
     harvest.set_event_handler(

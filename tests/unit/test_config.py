@@ -139,3 +139,54 @@ def test_bad_durations(text: object) -> None:
 
 def test_interpolate_nested() -> None:
     assert interpolate({"a": ["${X}", {"b": "${Y:-d}"}]}, {"X": "1"}) == {"a": ["1", {"b": "d"}]}
+
+
+# -- sequence headers and per-key pipelining ------------------------------------------------
+def test_sequence_headers_are_off_for_a_goharvest_file_and_on_for_new_configs(tmp_path: Path) -> None:
+    goharvest = HarvestConfig.from_file(write(tmp_path, GOHARVEST_YAML)).harvest
+    assert not goharvest.sequence_headers and not goharvest.uses_sluiceway_keys
+    # Serving metrics (`sluice reap --metrics-addr`) dumps and reloads the file: still goharvest's.
+    data = goharvest.model_dump(by_alias=True, exclude_none=True)
+    data["metricsAddr"] = "127.0.0.1:9464"
+    assert not HarvestConfig.from_dict({"harvest": data}).harvest.sequence_headers
+    base = {"baseKafkaConfig": {"bootstrap.servers": "b:9092"}}
+    for extra in ({"name": "orders"}, {"deadLetter": {"maxAttempts": 3}}, {"limits": {"perKeyInFlight": 1}}):
+        assert HarvestConfig.from_dict({"harvest": {**base, **extra}}).harvest.sequence_headers
+    journal = HarvestConfig.from_dict({"harvest": {"dataSource": "sqlite:///a.db", "journal": {"path": "j"}}})
+    assert journal.harvest.sequence_headers
+    explicit = HarvestConfig.from_file(
+        write(
+            tmp_path,
+            GOHARVEST_YAML.replace("  outboxTable: outbox", "  outboxTable: outbox\n  sequenceHeaders: true"),
+        )
+    )
+    assert explicit.harvest.sequence_headers
+
+
+def test_per_key_pipelining_makes_the_producer_gapless() -> None:
+    base = {"baseKafkaConfig": {"bootstrap.servers": "b:9092"}}
+    one = HarvestConfig.from_dict({"harvest": base})
+    assert one.limits.per_key_in_flight == 1
+    assert "enable.gapless.guarantee" not in one.harvest.producer_config
+    eight = HarvestConfig.from_dict({"harvest": {**base, "limits": {"perKeyInFlight": 8}}})
+    assert eight.limits.per_key_in_flight == 8
+    producer = eight.harvest.producer_config
+    assert producer["enable.idempotence"] is True and producer["enable.gapless.guarantee"] is True
+    assert producer["message.timeout.ms"] == 0
+
+
+@pytest.mark.parametrize(
+    ("harvest", "problem"),
+    [
+        ({"producerKafkaConfig": {"enable.idempotence": False}}, "enable.idempotence=true"),
+        ({"producerKafkaConfig": {"delivery.timeout.ms": 10000}}, "message.timeout.ms=0"),
+        ({"producerKafkaConfig": {"enable.gapless.guarantee": False}}, "enable.gapless.guarantee=true"),
+        ({"sequenceHeaders": False}, "needs sequenceHeaders"),
+    ],
+)
+def test_per_key_pipelining_refuses_settings_that_would_break_its_order(
+    harvest: dict[str, object], problem: str
+) -> None:
+    data = {"baseKafkaConfig": {"bootstrap.servers": "b:9092"}, "limits": {"perKeyInFlight": 4}, **harvest}
+    with pytest.raises(ConfigError, match=problem):
+        HarvestConfig.from_dict({"harvest": data})

@@ -19,6 +19,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 console = Console()
 err_console = Console(stderr=True)
 
+#: ``--metrics-addr``, the same on every long-running command.
+METRICS_ADDR_HELP = (
+    "Serve Prometheus metrics on HOST:PORT; a bare :PORT listens on 127.0.0.1 "
+    "(give a host to listen elsewhere)."
+)
+
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from sluiceway.cli.common import console, fail, friendly_errors, setup_logging
+from sluiceway.cli.common import METRICS_ADDR_HELP, console, fail, friendly_errors, setup_logging
 from sluiceway.feed import Feed, FeedStatus, FeedWorker, Status
 
 app = typer.Typer(
@@ -131,6 +132,7 @@ def worker(
     prefix: Annotated[str, typer.Option("--prefix", help=PREFIX_HELP)] = "feed_",
     log_level: Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
     log_format: Annotated[str, typer.Option("--log-format", help="text or json.")] = "text",
+    metrics_addr: Annotated[str | None, typer.Option("--metrics-addr", help=METRICS_ADDR_HELP)] = None,
 ) -> None:
     """Run a worker: lease partitions, process their items gate by gate, balance with other workers.
 
@@ -141,6 +143,8 @@ def worker(
       sluice feed worker --dsn sqlite:///app.db --processor myapp.ocr:process
 
       sluice feed worker --dsn postgresql://app@db/app --processor http://127.0.0.1:8080/item --concurrency 16
+
+      sluice feed worker --dsn sqlite:///app.db --processor myapp.ocr:process --metrics-addr :9465
     """
     if http_encoding not in ("base64", "text"):
         raise fail(f"--http-encoding must be base64 or text, not {http_encoding!r}")
@@ -162,6 +166,15 @@ def worker(
     def on_signal(signum: int, frame: object) -> None:
         w.request_stop()
 
+    endpoint = None
+    if metrics_addr:
+        from sluiceway.feed.metrics import FeedMetrics
+        from sluiceway.metrics import serve_metrics
+
+        endpoint = serve_metrics(FeedMetrics(w, prefix).registry, metrics_addr)
+        logging.getLogger("sluiceway.feed").info(
+            "metrics on http://%s:%d/metrics", endpoint.host, endpoint.port
+        )
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         if until_idle:
@@ -172,6 +185,8 @@ def worker(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         w.close()
+        if endpoint is not None:
+            endpoint.close()
     s = w.stats
     console.print(
         f"worker {s.owner} stopped: {s.processed} processed, {s.completed} completed, "

@@ -33,6 +33,7 @@ def _register_optional() -> None:
         ("sluiceway.cli.pipeline", "pipeline"),
         ("sluiceway.cli.feed", "feed"),
         ("sluiceway.cli.demo", None),
+        ("sluiceway.cli.overview", None),
     ):
         try:
             mod = importlib.import_module(module)

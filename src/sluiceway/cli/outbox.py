@@ -9,7 +9,14 @@ from rich.table import Table
 
 from sluiceway.cli.common import console, friendly_errors
 from sluiceway.db import Database
-from sluiceway.outbox import discover, init_outbox, outbox_stats
+from sluiceway.outbox import (
+    discover,
+    init_outbox,
+    list_dead_letters,
+    outbox_stats,
+    resolve_dead_letter,
+    retry_dead_letter,
+)
 
 app = typer.Typer(
     help="Create and inspect outbox tables.\n\nExample: sluice outbox init --dsn sqlite:///app.db",
@@ -82,3 +89,76 @@ def stats(
     grid.add_row("rows marked", str(s.marked))
     grid.add_row("dead letters", str(s.dead))
     console.print(grid)
+
+
+dead_app = typer.Typer(
+    help=(
+        "Dead letters: list them, retry one (back at the head of its key) or resolve one (discard it, "
+        "releasing its key).\n\nExample: sluice outbox dead list --dsn sqlite:///app.db"
+    ),
+    no_args_is_help=True,
+)
+app.add_typer(dead_app, name="dead")
+
+
+@dead_app.command("list")
+@friendly_errors
+def dead_list(
+    dsn: str = typer.Option(..., "--dsn", help=DSN_HELP),
+    table: str = typer.Option("outbox", "--table", help="Outbox table name."),
+    after: int = typer.Option(0, "--after", help="Only letters with a higher id (paging)."),
+    limit: int = typer.Option(100, "--limit", help="At most this many."),
+) -> None:
+    """List dead letters, oldest first. PARKED ones hold their key: its later records wait.
+
+    Example: sluice outbox dead list --dsn sqlite:///app.db
+    """
+    with Database(dsn) as db:
+        layout = discover(db, table)
+        letters = list_dead_letters(db, layout, after=after, limit=limit)
+    grid = Table(title=f"dead letters of {layout.table}")
+    for column in ("id", "topic", "key", "attempts", "state", "dead since", "error"):
+        grid.add_column(column, overflow="fold")
+    for d in letters:
+        state = "[bold yellow]PARKED[/]" if d.parked else "-"
+        grid.add_row(str(d.id), d.topic, d.key, str(d.attempts), state, str(d.dead_time), d.error[:200])
+    console.print(grid)
+
+
+@dead_app.command("retry")
+@friendly_errors
+def dead_retry(
+    ids: list[int] = typer.Argument(..., help="Dead letter ids (see `dead list`)."),
+    dsn: str = typer.Option(..., "--dsn", help=DSN_HELP),
+    table: str = typer.Option("outbox", "--table", help="Outbox table name."),
+) -> None:
+    """Put dead letters back into the outbox: a parked one at the head of its key (its own id),
+    so the key resumes from it, in order; the harvester picks it up at once.
+
+    Example: sluice outbox dead retry 1042 --dsn sqlite:///app.db
+    """
+    with Database(dsn) as db:
+        layout = discover(db, table)
+        for record_id in ids:
+            head = retry_dead_letter(db, layout, record_id)
+            where = "at the head of its key" if head else "at the tail (its key had gone on)"
+            console.print(f"dead letter {record_id} back in {layout.table}, {where}")
+
+
+@dead_app.command("resolve")
+@friendly_errors
+def dead_resolve(
+    ids: list[int] = typer.Argument(..., help="Dead letter ids (see `dead list`)."),
+    dsn: str = typer.Option(..., "--dsn", help=DSN_HELP),
+    table: str = typer.Option("outbox", "--table", help="Outbox table name."),
+) -> None:
+    """Discard dead letters without publishing them, releasing their keys: the keys' later
+    records are published without them.
+
+    Example: sluice outbox dead resolve 1042 --dsn sqlite:///app.db
+    """
+    with Database(dsn) as db:
+        layout = discover(db, table)
+        for record_id in ids:
+            resolve_dead_letter(db, layout, record_id)
+            console.print(f"dead letter {record_id} discarded; its key is released")

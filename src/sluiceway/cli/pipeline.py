@@ -7,9 +7,17 @@ import logging
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from sluiceway.cli.common import console, err_console, fail, friendly_errors, setup_logging
+from sluiceway.cli.common import (
+    METRICS_ADDR_HELP,
+    console,
+    err_console,
+    fail,
+    friendly_errors,
+    setup_logging,
+)
 
 app = typer.Typer(
     help=(
@@ -50,16 +58,18 @@ def _spec(path: str) -> Any:
     return PipelineSpec.from_yaml(path)
 
 
-def _pipeline(path: str, master: str) -> Any:
+def _pipeline(spec: Any, master: str, metrics: Any = None) -> Any:
+    """A Pipeline on a session for ``master``; ``spec`` is a path or a parsed spec."""
     from sluiceway.pipeline.runner import Pipeline
     from sluiceway.pipeline.session import build_session
 
-    spec = _spec(path)
+    if isinstance(spec, str):
+        spec = _spec(spec)
     spark = build_session(master, app_name=f"sluice-{spec.name}", conf=dict(spec.spark))
     if not master.startswith("sc://"):
         # Our runner reports each sink's failure in one line; Spark's own stack traces are noise here.
         spark.sparkContext.setLogLevel("FATAL")
-    return Pipeline(spec, spark)
+    return Pipeline(spec, spark, metrics=metrics)
 
 
 @app.command("run")
@@ -69,6 +79,7 @@ def run(
     once: bool = typer.Option(False, "--once", help="Process what is there now, then stop."),
     master: str = MASTER,
     log_format: str = LOG_FORMAT,
+    metrics_addr: str = typer.Option(None, "--metrics-addr", help=METRICS_ADDR_HELP),
 ) -> None:
     """Run every sink's query until stopped (SIGTERM/Ctrl-C stop cleanly), or with --once until caught up.
 
@@ -77,16 +88,38 @@ def run(
       sluice pipeline run orders.yaml
 
       sluice pipeline run orders.yaml --once --master local[2]
+
+      sluice pipeline run orders.yaml --metrics-addr :9466
     """
     setup_logging(logging.INFO, log_format)
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    pipeline = _pipeline(spec, master)
-    runs = pipeline.run(once=once)
+    # A sink that stops is reported in one line below; py4j would print its proxy traceback too.
+    logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+    from sluiceway.pipeline.runner import first_line
+
+    parsed = _spec(spec)
+    endpoint = None
+    metrics = None
+    if metrics_addr:
+        from sluiceway.metrics import serve_metrics
+        from sluiceway.pipeline.metrics import PipelineMetrics
+
+        metrics = PipelineMetrics(parsed)
+        endpoint = serve_metrics(metrics.registry, metrics_addr)
+        logging.getLogger("sluiceway.pipeline").info(
+            "metrics on http://%s:%d/metrics", endpoint.host, endpoint.port
+        )
+    try:
+        runs = _pipeline(parsed, master, metrics).run(once=once)
+    finally:
+        if endpoint is not None:
+            endpoint.close()
     failed = [r for r in runs.values() if r.state == "failed"]
     for r in runs.values():
         if r.state == "failed":
             at = f" at offset {r.offset}" if r.offset is not None else ""
-            err_console.print(f"[bold red]error:[/] sink {r.sink!r} stopped{at}: {r.error}", highlight=False)
+            cause = escape(first_line(r.error))  # a cause may hold [brackets]: not markup
+            err_console.print(f"[bold red]error:[/] sink {r.sink!r} stopped{at}: {cause}", highlight=False)
         else:
             err_console.print(f"sink {r.sink!r}: {r.state}", highlight=False)
     if failed:

@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from sluiceway.cli.common import fail, friendly_errors, setup_logging
+from sluiceway.cli.common import METRICS_ADDR_HELP, fail, friendly_errors, setup_logging
 from sluiceway.errors import SluicewayError
 
 log = logging.getLogger("sluiceway.reaper")
@@ -25,9 +25,7 @@ def reap(
     file: Path = typer.Option(
         ..., "-f", "--file", help="goharvest-style reaper.yaml (sluiceway keys allowed)."
     ),
-    metrics_addr: str = typer.Option(
-        None, "--metrics-addr", help="Serve Prometheus metrics on HOST:PORT (host defaults to 127.0.0.1)."
-    ),
+    metrics_addr: str = typer.Option(None, "--metrics-addr", help=METRICS_ADDR_HELP),
     log_format: str = typer.Option("text", "--log-format", help="text or json"),
 ) -> None:
     """Harvest an outbox while this process is the elected leader, until SIGTERM/SIGINT.

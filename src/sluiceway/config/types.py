@@ -6,6 +6,7 @@ harvester's ``reaper.yaml`` and in pipeline specs::
     class Example(StrictModel):
         timeout: Duration = 5.0              # "500ms", "1m30s" or seconds
         table: TableName = "outbox"          # checked against the identifier pattern
+        dsn: DataSourceString                # a DSN sluiceway can parse
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Annotated, Any, TypeVar
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from sluiceway.config.loader import parse_duration
+from sluiceway.db.dsn import parse_dsn
 from sluiceway.db.identifiers import check_identifier
 from sluiceway.errors import ConfigError
 
@@ -47,3 +49,12 @@ Duration = Annotated[float, BeforeValidator(_reported(parse_duration)), Field(ge
 TableName = Annotated[str, AfterValidator(_reported(check_identifier))]
 #: Any other SQL identifier from configuration (a column, say), safe to quote into SQL.
 SqlIdentifier = Annotated[str, AfterValidator(_reported(partial(check_identifier, what="identifier")))]
+
+
+def _data_source(value: str) -> str:
+    parse_dsn(value)
+    return value
+
+
+#: A data source string (libpq / postgresql://, sqlite:///…, mysql://…), checked when loaded.
+DataSourceString = Annotated[str, AfterValidator(_reported(_data_source))]

@@ -44,6 +44,8 @@ class DemoReport:
     duplicates: int = 0
     outputs: list[tuple[str, str]] = field(default_factory=list)
     commands: list[str] = field(default_factory=list)
+    #: The workspace file naming everything the demo made (for ``sluice status`` and ``sluice ui``).
+    workspace: Path | None = None
 
     @property
     def ok(self) -> bool:
@@ -170,8 +172,31 @@ def run_demo(
     # 4: feed workers take each customer's paid orders through two gates.
     _run_feed(console, root, report, paid)
     report.commands.append(f"sluice feed status --dsn sqlite:///{root / 'feed.db'}")
+    report.workspace = write_workspace(root, dsn, None if kafka else journal_path, spec_path)
+    report.commands.append(f"sluice status --config {report.workspace}")
     _summary(console, report)
     return report
+
+
+def write_workspace(root: Path, dsn: str, journal_path: Path | None, spec_path: Path) -> Path:
+    """``sluice.yaml`` naming the demo's outbox (and its harvester's lease), journal, pipeline and
+    feed, so that ``sluice status`` and ``sluice ui`` show them."""
+    import yaml
+
+    from sluiceway.config import validate
+    from sluiceway.overview import Workspace
+
+    data: dict[str, Any] = {
+        # The demo's harvester is named "demo": its lease (election) has that name too.
+        "outboxes": [{"name": "shop", "dsn": dsn, "election": "demo"}],
+        "journals": [{"name": "bus", "path": str(journal_path)}] if journal_path else [],
+        "pipelines": [str(spec_path)],
+        "feeds": [{"name": "fulfilment", "dsn": f"sqlite:///{root / 'feed.db'}"}],
+    }
+    validate(Workspace, data)  # what we write must load
+    path = root / "sluice.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
 
 
 def _pipeline_spec(root: Path, journal_path: Path, kafka: str | None, topics: tuple[str, ...]) -> Path:
@@ -350,6 +375,11 @@ def _summary(console: Console, report: DemoReport) -> None:
         console.print(f"  (first: source {os.path.join(bin_dir, 'activate')})")
     for cmd in report.commands:
         console.print(f"  $ {cmd}")
+    if report.workspace is not None:
+        console.print(
+            f"\n[bold]see it all in one place[/] (outbox, journal, pipeline, feed), in your browser:\n"
+            f"  $ sluice ui --config {report.workspace}"
+        )
 
 
 def _read_kafka(bootstrap: str, topics: tuple[str, ...]) -> list[tuple[str, bytes | None]]:

@@ -7,7 +7,7 @@
 """
 
 from sluiceway.election.campaign import LeaseCampaign, NeliCampaign
-from sluiceway.election.lease import DatabaseLease, SqlLeaseStore
+from sluiceway.election.lease import DatabaseLease, SqlLeaseStore, inspect_lease
 from sluiceway.election.neli import KafkaElection
 from sluiceway.election.protocol import ElectionListener, LeaderElection, LeaseStore, LeaseView
 
@@ -21,4 +21,5 @@ __all__ = [
     "LeaseView",
     "NeliCampaign",
     "SqlLeaseStore",
+    "inspect_lease",
 ]

@@ -15,14 +15,47 @@ from sluiceway.clock import Clock
 from sluiceway.db import Database, QuerySet
 from sluiceway.election.campaign import LeaseCampaign
 from sluiceway.election.protocol import ElectionListener, LeaseView
+from sluiceway.errors import DatabaseError
 
 DEFAULT_LEASE_TABLE = "sluiceway_leases"
 
 
 def init_leases(db: Database, table: str = DEFAULT_LEASE_TABLE) -> QuerySet:
+    """Create the lease table if missing, and give one made by an older version ``acquired_at``."""
     q = QuerySet("sluiceway.election", db.dialect, leases=table)
     db.execute(q["create_table"], what="create lease table")
+    if "acquired_at" not in _columns(db, q, table):
+        try:
+            db.execute(q["add_acquired_at"], what="add acquired_at to the lease table")
+        except DatabaseError:
+            # Two processes upgrading the table at once: the loser's ALTER fails. Fine if it is there.
+            if "acquired_at" not in _columns(db, q, table):
+                raise
     return q
+
+
+def _columns(db: Database, q: QuerySet, table: str) -> set[str]:
+    schema, _, bare = table.rpartition(".")
+    rows = db.fetchall(q["columns"], {"table": bare, "schema": schema or None}, what="lease table columns")
+    return {str(r[0]).lower() for r in rows}
+
+
+def inspect_lease(db: Database, name: str, table: str = DEFAULT_LEASE_TABLE) -> LeaseView | None:
+    """The lease ``name`` as it stands, creating and changing nothing (for status views).
+
+    ``None`` when there is no lease table or no row for ``name``; ``term`` is ``None`` on a table
+    no harvester of this version has used yet.
+
+    >>> inspect_lease(Database("sqlite:///:memory:"), "orders") is None
+    True
+    """
+    q = QuerySet("sluiceway.election", db.dialect, leases=table)
+    columns = _columns(db, q, table)
+    if not columns:
+        return None
+    read = "read" if "acquired_at" in columns else "read_v1"
+    row = db.fetchone(q[read], {"name": name}, what="read lease")
+    return None if row is None else _view(row)
 
 
 class SqlLeaseStore:
@@ -74,8 +107,9 @@ class SqlLeaseStore:
 
 
 def _view(row: tuple[Any, ...]) -> LeaseView:
-    holder, epoch, version, remaining = row
-    return LeaseView(holder, int(epoch), int(version), float(remaining))
+    holder, epoch, version, remaining, *term = row
+    seconds = None if not term or term[0] is None else max(0.0, float(term[0]))
+    return LeaseView(holder, int(epoch), int(version), float(remaining), seconds)
 
 
 class DatabaseLease:

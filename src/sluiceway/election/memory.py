@@ -22,7 +22,8 @@ class MemoryLeaseStore:
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self._lock = threading.Lock()
-        self._rows: dict[str, tuple[str | None, int, int, float]] = {}  # holder, epoch, version, expiry
+        # holder, epoch, version, expiry, acquired at
+        self._rows: dict[str, tuple[str | None, int, int, float, float]] = {}
         self._faults: dict[str, list[bool]] = {}  # verb -> queue of "applied before failing?" flags
         self.calls: dict[str, int] = {}
 
@@ -43,34 +44,35 @@ class MemoryLeaseStore:
                 raise DatabaseError(f"{verb} lease: injected failure after the change")
             return result
 
-    def _row(self, name: str) -> tuple[str | None, int, int, float]:
-        return self._rows.setdefault(name, (None, 0, 0, 0.0))
+    def _row(self, name: str) -> tuple[str | None, int, int, float, float]:
+        return self._rows.setdefault(name, (None, 0, 0, 0.0, 0.0))
 
     def acquire(self, name: str, holder: str, ttl: float) -> LeaseView | None:
         def change() -> LeaseView | None:
-            current, epoch, version, expiry = self._row(name)
+            current, epoch, version, expiry, _ = self._row(name)
             now = self.clock.monotonic()
             if current is not None and expiry >= now:
                 return None
-            self._rows[name] = (holder, epoch + 1, version + 1, now + ttl)
+            self._rows[name] = (holder, epoch + 1, version + 1, now + ttl, now)
             return self._view(name)
 
         return self._call("acquire", change)
 
     def renew(self, name: str, holder: str, epoch: int, version: int, ttl: float) -> bool:
         def change() -> bool:
-            if self._row(name)[:3] != (holder, epoch, version):
+            row = self._row(name)
+            if row[:3] != (holder, epoch, version):
                 return False
-            self._rows[name] = (holder, epoch, version + 1, self.clock.monotonic() + ttl)
+            self._rows[name] = (holder, epoch, version + 1, self.clock.monotonic() + ttl, row[4])
             return True
 
         return self._call("renew", change)
 
     def release(self, name: str, holder: str, epoch: int) -> None:
         def change() -> None:
-            current, current_epoch, version, _ = self._row(name)
+            current, current_epoch, version, _, _ = self._row(name)
             if (current, current_epoch) == (holder, epoch):
-                self._rows[name] = (None, epoch, version + 1, 0.0)
+                self._rows[name] = (None, epoch, version + 1, 0.0, 0.0)
 
         self._call("release", change)
 
@@ -79,8 +81,9 @@ class MemoryLeaseStore:
             return self._view(name) if name in self._rows else None
 
     def _view(self, name: str) -> LeaseView:
-        holder, epoch, version, expiry = self._rows[name]
-        return LeaseView(holder, epoch, version, expiry - self.clock.monotonic())
+        holder, epoch, version, expiry, acquired = self._rows[name]
+        now = self.clock.monotonic()
+        return LeaseView(holder, epoch, version, expiry - now, None if holder is None else now - acquired)
 
     def close(self) -> None:
         pass

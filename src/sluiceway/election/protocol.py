@@ -36,12 +36,14 @@ class LeaderElection(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class LeaseView:
-    """One lease row as the store read it; ``remaining`` is seconds until expiry by the store's clock."""
+    """One lease row as the store read it; ``remaining`` is seconds until expiry by the store's
+    clock, ``term`` seconds since the holder took it (``None`` while free, or not recorded)."""
 
     holder: str | None
     epoch: int
     version: int
     remaining: float
+    term: float | None = None
 
 
 class LeaseStore(Protocol):

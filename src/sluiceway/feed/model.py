@@ -181,6 +181,8 @@ class WorkerLeases:
     earliest_expiry: datetime | None
     latest_expiry: datetime | None
     live: bool
+    #: Of ``partitions``, those whose lease has run out (by the database's clock).
+    expired: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +194,7 @@ class FeedStatus:
     ready_items: int
     oldest_available_age: float | None  # seconds since the oldest available item was added
     workers: list[WorkerLeases]
+    items_by_gate: list[tuple[str, int, int]] = field(default_factory=list)  # (status, gate, count)
 
 
 @dataclass(slots=True)

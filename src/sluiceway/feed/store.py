@@ -474,14 +474,18 @@ class FeedStore:
             (str(r[0]), int(r[1]), int(r[2]))
             for r in self.db.fetchall(self.q["status_partitions"], what="feed status partitions")
         ]
-        items = {
-            str(r[0]): int(r[1]) for r in self.db.fetchall(self.q["status_items"], what="feed status items")
-        }
+        items_by_gate = [
+            (str(r[0]), int(r[1]), int(r[2]))
+            for r in self.db.fetchall(self.q["status_items"], what="feed status items")
+        ]
+        items: dict[str, int] = {}
+        for status, _gate, n in items_by_gate:
+            items[status] = items.get(status, 0) + n
         lag = self.db.fetchone(self.q["status_lag"], what="feed status lag")
         workers = [
-            WorkerLeases(str(r[0]), int(r[1]), _ts(r[2]), _ts(r[3]), bool(r[4]))
+            WorkerLeases(str(r[0]), int(r[1]), _ts(r[2]), _ts(r[3]), bool(r[4]), int(r[5] or 0))
             for r in self.db.fetchall(self.q["status_workers"], what="feed status workers")
         ]
         ready = int(lag[0] or 0) if lag else 0
         age = None if not lag or lag[1] is None else float(lag[1])
-        return FeedStatus(parts, items, ready, age, workers)
+        return FeedStatus(parts, items, ready, age, workers, items_by_gate)

@@ -3,6 +3,7 @@
 from sluiceway.harvest.config import HarvestConfig
 from sluiceway.harvest.events import (
     Event,
+    KeyParked,
     LeaderAcquired,
     LeaderFenced,
     LeaderRefreshed,
@@ -12,11 +13,16 @@ from sluiceway.harvest.events import (
     Stats,
 )
 from sluiceway.harvest.harvest import Harvest
+from sluiceway.harvest.sequence import SLUICE_ID, SLUICE_LEADER, Deduplicator, sequence_id
 
 __all__ = [
+    "SLUICE_ID",
+    "SLUICE_LEADER",
+    "Deduplicator",
     "Event",
     "Harvest",
     "HarvestConfig",
+    "KeyParked",
     "LeaderAcquired",
     "LeaderFenced",
     "LeaderRefreshed",
@@ -24,4 +30,5 @@ __all__ = [
     "MeterRead",
     "RecordDeadLettered",
     "Stats",
+    "sequence_id",
 ]

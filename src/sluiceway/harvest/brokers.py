@@ -5,7 +5,8 @@ Each record becomes a :class:`~sluiceway.brokers.Message` whose id is ``<prefix>
 through a :class:`~sluiceway.brokers.Sender`: delivered only on the broker's acknowledgement,
 retried across connection loss until ``deliveryTimeout``, and never attempted again once this
 harvester stops being the leader (``may_send``), so a deposed leader's retry cannot land after
-its successor's sends. The engine's barrier already keeps one record per key in flight.
+its successor's sends. The Sender keeps one record per key awaiting an acknowledgement whatever
+``perKeyInFlight`` is, and fails a key's later records unsent once one fails: gapless per key.
 """
 
 from __future__ import annotations
@@ -51,7 +52,11 @@ class BrokerPublisher:
         self.target = target
         self.broker = target.type
         self.prefix = prefix
-        self._sender = Sender(open_client(target), target, may_send=may_send, name="harvest")
+        # stop_key_on_failure: gapless per key (the Publisher port's rule with perKeyInFlight > 1) —
+        # once a record fails, its key's later records already handed over fail too, unsent.
+        self._sender = Sender(
+            open_client(target), target, may_send=may_send, stop_key_on_failure=True, name="harvest"
+        )
 
     def send(self, record: MarkedRecord, on_done: Callable[[Delivery], None]) -> None:
         def done(outcome: Ack | BrokerError) -> None:

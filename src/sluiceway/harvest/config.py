@@ -34,6 +34,8 @@ class Limits(StrictModel):
     send_buffer: int | None = Field(None, alias="sendBuffer", ge=1)
     mark_query_records: int | None = Field(None, alias="markQueryRecords", ge=1)
     min_metrics_interval: Duration | None = Field(None, alias="minMetricsInterval")
+    #: sluiceway's: records of one key in flight at once; 1 (default) is goharvest's per-key barrier.
+    per_key_in_flight: int | None = Field(None, alias="perKeyInFlight", ge=1, le=1000)
 
     def resolved(self) -> ResolvedLimits:
         """Fill goharvest's defaults, including the derived ones."""
@@ -56,6 +58,7 @@ class Limits(StrictModel):
             send_buffer=self.send_buffer or 10,
             mark_query_records=self.mark_query_records or 100,
             min_metrics_interval=5.0 if self.min_metrics_interval is None else self.min_metrics_interval,
+            per_key_in_flight=self.per_key_in_flight or 1,
         )
 
 
@@ -75,6 +78,7 @@ class ResolvedLimits(StrictModel):
     send_buffer: int
     mark_query_records: int
     min_metrics_interval: float
+    per_key_in_flight: int
 
 
 class JournalTarget(StrictModel):
@@ -103,6 +107,29 @@ class DeadLetter(StrictModel):
     max_attempts: int = Field(0, alias="maxAttempts", ge=0)
     #: Also bury records the broker can never accept (too large, invalid topic).
     permanent_errors: bool = Field(True, alias="permanentErrors")
+    #: A dead letter parks its key: the key's later records stay in the outbox, unsent, until an
+    #: operator runs ``sluice outbox dead retry`` or ``resolve``. Other keys go on.
+    park_key: bool = Field(True, alias="parkKey")
+
+
+#: The keys of goharvest's ``harvest`` section (field names): a file that sets none of the others
+#: is a goharvest file.
+GOHARVEST_KEYS = frozenset(
+    {
+        "base_kafka_config",
+        "producer_kafka_config",
+        "leader_topic",
+        "leader_group_id",
+        "data_source",
+        "outbox_table",
+        "limits",
+    }
+)
+
+#: What the idempotent producer needs to be gapless per partition (see ``perKeyInFlight``):
+#: every error that could leave a gap becomes fatal, and no message times out locally (the one
+#: failure the gapless guarantee does not cover).
+GAPLESS_PRODUCER = {"enable.idempotence": True, "enable.gapless.guarantee": True, "message.timeout.ms": 0}
 
 
 class Harvest(StrictModel):
@@ -122,6 +149,10 @@ class Harvest(StrictModel):
     election: Election = Field(default_factory=Election)
     dead_letter: DeadLetter = Field(default_factory=DeadLetter, alias="deadLetter")
     metrics_addr: str | None = Field(None, alias="metricsAddr")
+    #: ``sluice-id`` and ``sluice-leader`` headers on every record. Default: on, except for a
+    #: goharvest file loaded unchanged (only goharvest's keys), which publishes exactly what
+    #: goharvest would.
+    sequence_headers_: bool | None = Field(None, alias="sequenceHeaders")
 
     @field_validator("data_source")
     @classmethod
@@ -147,7 +178,31 @@ class Harvest(StrictModel):
             )
         if self.election_kind == "kafka" and not self.kafka_config.get("bootstrap.servers"):
             raise ValueError("election.kind is 'kafka' but baseKafkaConfig has no bootstrap.servers")
+        if (self.limits.per_key_in_flight or 1) > 1:
+            self._check_pipelining()
         return self
+
+    def _check_pipelining(self) -> None:
+        """perKeyInFlight > 1 re-sends a key's unpurged suffix after a failure or failover: the
+        consumer needs ``sluice-id`` to drop it, and the producer must be gapless per key."""
+        if self.sequence_headers_ is False:
+            raise ValueError(
+                "limits.perKeyInFlight > 1 needs sequenceHeaders: consumers de-duplicate re-sent "
+                "suffixes by sluice-id"
+            )
+        if self.journal is not None or self.target is not None:
+            return  # the journal publisher and the broker Sender are gapless per key by design
+        producer = {**self.kafka_config, **self.producer_kafka_config}
+        for name, wanted in GAPLESS_PRODUCER.items():
+            value = producer.get(name)
+            if name == "message.timeout.ms" and value is None:
+                value = producer.get("delivery.timeout.ms")
+            if value is not None and str(value).lower() != str(wanted).lower():
+                raise ValueError(
+                    f"limits.perKeyInFlight > 1 needs the producer setting {name}={str(wanted).lower()} "
+                    f"(got {value!r}): a failed record must never be followed on the broker by a later "
+                    "record of its key (leave it unset: sluiceway sets it)"
+                )
 
     # -- derived values --------------------------------------------------------------------
     @property
@@ -160,8 +215,37 @@ class Harvest(StrictModel):
 
         ``linger.ms`` defaults to 1 (librdkafka 2.x defaults to 5): with one record in flight per
         key, every millisecond a record waits for a batch is a millisecond its key is blocked.
+        With ``perKeyInFlight`` > 1 the producer is also made gapless (:data:`GAPLESS_PRODUCER`;
+        conflicting user settings are a configuration error).
         """
-        return {"enable.idempotence": True, "linger.ms": 1, **self.kafka_config, **self.producer_kafka_config}
+        gapless = GAPLESS_PRODUCER if (self.limits.per_key_in_flight or 1) > 1 else {}
+        return {
+            "enable.idempotence": True,
+            "linger.ms": 1,
+            **gapless,
+            **self.kafka_config,
+            **self.producer_kafka_config,
+        }
+
+    @property
+    def sequence_headers(self) -> bool:
+        """Whether records carry ``sluice-id``/``sluice-leader`` (see ``sequenceHeaders``)."""
+        if self.sequence_headers_ is not None:
+            return self.sequence_headers_
+        return self.uses_sluiceway_keys
+
+    @property
+    def uses_sluiceway_keys(self) -> bool:
+        """Whether any of sluiceway's own keys has a value other than its default (``metricsAddr``
+        aside: serving metrics changes nothing that is published). Values, not the keys present,
+        decide, so a configuration dumped and loaded again gives the same answer."""
+        fields = type(self).model_fields
+        for name, info in fields.items():
+            if name in GOHARVEST_KEYS or name in ("metrics_addr", "sequence_headers_"):
+                continue
+            if getattr(self, name) != info.get_default(call_default_factory=True):
+                return True
+        return self.limits.per_key_in_flight is not None
 
     @property
     def group_id(self) -> str:

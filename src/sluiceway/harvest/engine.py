@@ -1,7 +1,7 @@
-"""The MP/R engine: mark → (throttle, per-key barrier) → sharded send → purge / reset.
+"""The MP/R engine: mark → (throttle, per-key window) → sharded send → purge / reset.
 
 One *term* runs while this process leads: a marker thread claims batches one ahead of the calling
-thread, which admits them (throttle, per-key barrier) and queues them; ``sendConcurrency`` shard
+thread, which admits them (throttle, per-key window) and queues them; ``sendConcurrency`` shard
 threads hand records to the publisher (sharded by key hash, each queue bounded by
 ``sendBuffer``); one purge/reset thread settles deliveries in batches. The engine talks only to
 ports (:mod:`sluiceway.harvest.ports`); adapters are injected.
@@ -9,14 +9,24 @@ ports (:mod:`sluiceway.harvest.ports`); adapters are injected.
 Failure rules (from goharvest, made explicit):
 * a failed mark may have marked rows on the server: take a fresh leader id so they are re-marked;
   never re-send from memory;
-* a failed purge keeps the key's barrier raised and is retried (DELETE is idempotent): the next
-  record of a key is never sent while its predecessor might still be re-marked;
-* a failed delivery resets the row and raises forceRemark; the marker abandons its batch and takes
-  a fresh leader id, so the failed record is re-marked ahead of its successors.
+* a failed purge keeps the records in their windows and is retried (DELETE is idempotent); a
+  key's rows are purged in id order only (an acknowledged prefix), so its unpurged rows are always
+  a suffix that a new leader re-sends whole;
+* a failed delivery fences its key at once (the send threads send nothing more of it); once
+  nothing of the key is in flight, the failed row is reset (or buried) and forceRemark raised: the
+  marker abandons its batch and takes a fresh leader id, so the failed record and every record
+  sent behind it are re-marked, in order, ahead of its successors.
+
+With ``perKeyInFlight`` 1 this is goharvest's per-key barrier: a key's next record goes only once
+its predecessor's delete has committed. With N > 1, up to N records of a key are in flight, in id
+order, to one partition through one producer; the destination must then be gapless per key (a
+failed record is never followed by a later record of its key): librdkafka's idempotent producer
+with ``enable.gapless.guarantee`` and no local message timeout, or the journal publisher.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -28,16 +38,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from sluiceway.errors import DatabaseError, InvariantViolation
-from sluiceway.harvest.dispatch import Dispatcher
+from sluiceway.errors import DatabaseError, InvariantViolation, PublisherFailedError
+from sluiceway.harvest.dispatch import Dispatcher, Failure
 from sluiceway.harvest.events import (
     Event,
+    KeyParked,
     LeaderRefreshed,
     MeterRead,
     RecordDeadLettered,
     Stats,
 )
 from sluiceway.harvest.ports import Delivery, OutboxStore, Publisher
+from sluiceway.harvest.sequence import with_sequence_headers
 from sluiceway.outbox.record import MarkedRecord
 
 log = logging.getLogger("sluiceway.harvest")
@@ -57,6 +69,16 @@ class EngineLimits:
     max_attempts: int = 0
     dead_letter: bool = True
     bury_permanent: bool = True
+    #: Keep a dead-lettered record's later records (same key) in the outbox until an operator acts.
+    park_key: bool = True
+    #: Records of one key in flight at once; 1 = goharvest's per-key barrier.
+    per_key_in_flight: int = 1
+    #: Publish ``sluice-id`` and ``sluice-leader`` headers with every record.
+    sequence_headers: bool = False
+
+
+#: The error of a record not sent because an earlier record of its key failed (it is re-sent).
+WITHHELD = "withheld: an earlier record of its key failed"
 
 
 @dataclass
@@ -144,7 +166,7 @@ class Term:
         self.engine = engine
         self.limits = engine.limits
         self.should_run = should_run
-        self.dispatcher = Dispatcher(self.limits.max_in_flight_records)
+        self.dispatcher = Dispatcher(self.limits.max_in_flight_records, self.limits.per_key_in_flight)
         self.leader_id = str(uuid.uuid4())
         self._room = threading.Condition()
         self._shards = [
@@ -155,12 +177,21 @@ class Term:
         self._deliveries: deque[Delivery] = deque()
         self._delivery_signal = threading.Event()
         self._purger_stop = False
-        self._handoff: queue.Queue[tuple[int, list[MarkedRecord]]] = queue.Queue(maxsize=1)
+        self._handoff: queue.Queue[tuple[int, int, list[MarkedRecord]]] = queue.Queue(maxsize=1)
         self._outstanding = 0  # handed to the publisher, delivery report not yet settled
         self._outstanding_lock = threading.Lock()
         self._stopping = threading.Event()
+        # Two threads dispatch (the admit loop, and the purge thread as windows free up). With
+        # several records of a key in flight, a key's records must reach its shard queue in the
+        # order they were dispatched: each dispatch and its enqueue happen under this lock. With
+        # one per key there is nothing to order, and no lock to contend for.
+        self._send_order: contextlib.AbstractContextManager[object] = (
+            threading.Lock() if self.limits.per_key_in_flight > 1 else contextlib.nullcontext()
+        )
         self._error: BaseException | None = None
         self._attempts: dict[int, int] = {}
+        self._failures: dict[int, Delivery] = {}  # id -> its failed delivery, until its window drains
+        self._publisher_failed: str | None = None
 
     # -- marker (calling thread) ------------------------------------------------------------
     def run(self) -> None:
@@ -187,18 +218,21 @@ class Term:
             self._shutdown(threads, purger)
         if self._error is not None:
             raise self._error
+        if self._publisher_failed is not None:
+            raise PublisherFailedError(self._publisher_failed)
 
     def _admit_loop(self) -> None:
         handoff = self._handoff
-        while self.should_run() and self._error is None:
+        while self.should_run() and self._error is None and self._publisher_failed is None:
             try:
-                generation, marked = handoff.get(timeout=0.1)
+                generation, tick, marked = handoff.get(timeout=0.1)
             except queue.Empty:
                 continue
             # admit() drops the batch if the leader id changed since it was marked: those rows
             # are re-marked under the new id, behind any record that failed.
-            sends, _abandoned = self.dispatcher.admit(marked, generation)
-            self._enqueue(sends)
+            with self._send_order:
+                sends, _abandoned = self.dispatcher.admit(marked, generation, tick)
+                self._enqueue(sends)
 
     def _mark_loop(self) -> None:
         engine, lim, disp = self.engine, self.limits, self.dispatcher
@@ -211,7 +245,7 @@ class Term:
                     self._refresh("a delivery failed")
                 now = time.monotonic()
                 if now - last_meter >= lim.min_metrics_interval:
-                    engine.emit_meter(now - last_meter, disp)
+                    engine.emit_meter(now - last_meter, disp, self._parked_keys(store))
                     last_meter = now
                 if not disp.wait_for_room(timeout=0.1) or disp.force_remark:
                     continue
@@ -219,7 +253,7 @@ class Term:
                     # Fenced or revoked: not one more mark (the admit loop ends the term shortly).
                     self._sleep(0.01)
                     continue
-                generation, leader_id = disp.generation, self.leader_id
+                generation, tick, leader_id = disp.generation, disp.tick, self.leader_id
                 try:
                     marked = store.mark(leader_id, lim.mark_query_records)
                 except DatabaseError as exc:
@@ -233,12 +267,16 @@ class Term:
                     self._sleep(lim.io_error_backoff)
                     continue
                 if not marked:
+                    # Still tell the admit loop (if it has room): the dispatcher forgets which
+                    # purged ids a stale batch could hold only as later batches come through.
+                    with contextlib.suppress(queue.Full):
+                        self._handoff.put_nowait((generation, tick, marked))
                     self._sleep(lim.mark_backoff)
                     continue
                 engine.counters.marked += len(marked)
                 while not self._stopping.is_set():
                     try:
-                        self._handoff.put((generation, marked), timeout=0.1)
+                        self._handoff.put((generation, tick, marked), timeout=0.1)
                         break
                     except queue.Full:
                         continue
@@ -248,6 +286,14 @@ class Term:
         finally:
             if store is not None:
                 store.close()
+
+    def _parked_keys(self, store: OutboxStore) -> int | None:
+        """Keys parked behind a dead letter (any leader's), for the meter; None if unknown."""
+        try:
+            return store.parked_keys()
+        except DatabaseError as exc:
+            log.debug("counting parked keys failed: %s", exc)
+            return None
 
     def _refresh(self, why: str) -> None:
         """Take a fresh leader id (marker thread only)."""
@@ -300,6 +346,8 @@ class Term:
     def _shard_loop(self, index: int) -> None:
         shard = self._shards[index]
         publisher = self.engine.publisher
+        fenced = self.dispatcher.fenced_keys
+        sequence = self.limits.sequence_headers
         while True:
             batch = shard.take()
             if batch is None:
@@ -312,13 +360,32 @@ class Term:
             with self._outstanding_lock:
                 self._outstanding += len(batch)
             for item in batch:
+                if item.key in fenced:
+                    # An earlier record of this key failed (reported on this thread a moment ago,
+                    # or on the publisher's): sending this one could put it on the broker ahead of
+                    # the failed record's re-send. It goes back with the failed one's window.
+                    self._delivered(Delivery(item, error=WITHHELD))
+                    continue
                 try:
-                    publisher.send(item, self._delivered)
+                    publisher.send(with_sequence_headers(item) if sequence else item, self._delivered)
                 except Exception as exc:  # a synchronous refusal is a failed delivery
-                    permanent = bool(getattr(exc, "permanent", False))
-                    self._delivered(Delivery(item, error=f"{type(exc).__name__}: {exc}", permanent=permanent))
+                    self._delivered(
+                        Delivery(
+                            item,
+                            error=f"{type(exc).__name__}: {exc}",
+                            permanent=bool(getattr(exc, "permanent", False)),
+                            fatal=bool(getattr(exc, "fatal", False)),
+                        )
+                    )
 
     def _delivered(self, delivery: Delivery) -> None:
+        if delivery.error is not None:
+            # Fence the key before anything else can happen on this thread: when the publisher
+            # reports the failure synchronously (inside send), the next record of the key in this
+            # shard's batch is already held back.
+            self.dispatcher.fenced_keys.add(delivery.record.key)
+            if delivery.fatal and self._publisher_failed is None:
+                self._publisher_failed = delivery.error
         self._deliveries.append(delivery)
         # Event.set() takes a lock: skip it while the purger has not yet consumed the last wake-up
         # (it drains everything queued after clearing the flag, so nothing is missed).
@@ -359,16 +426,25 @@ class Term:
             for r in ok[::8]:
                 if r.create_time is not None:
                     counters.latencies.append((now - r.create_time).total_seconds() * 1000.0)
-            if not self._purge(store, [r.id for r in ok]):
+        for d in failed:
+            self._failures[d.record.id] = d
+            if d.error is not WITHHELD:
+                counters.failed += 1
+                log.warning("delivery of record %d (key %r) failed: %s", d.record.id, d.record.key, d.error)
+        plan = self.dispatcher.acknowledge(ok, [d.record for d in failed])
+        if plan.purge:
+            # One statement for every window's acknowledged prefix: a key's rows go in id order.
+            if not self._purge(store, [r.id for r in plan.purge]):
                 with self._outstanding_lock:
                     self._outstanding -= len(deliveries)
-                return  # term ending with the database away: rows stay marked, barriers stay up
-            counters.purged += len(ok)
-            for r in ok:
+                return  # term ending with the database away: rows stay marked, windows stay full
+            counters.purged += len(plan.purge)
+            for r in plan.purge:
                 self._attempts.pop(r.id, None)
-            self._enqueue(self.dispatcher.settle(ok))
-        for d in failed:
-            self._failed(store, d)
+            with self._send_order:
+                self._enqueue(self.dispatcher.settle(plan.purge))
+        for failure in plan.failures:
+            self._resolve(store, failure)
         with self._outstanding_lock:
             self._outstanding -= len(deliveries)
 
@@ -380,8 +456,8 @@ class Term:
                 store.purge(ids)
                 return True
             except DatabaseError as exc:
-                # Barriers stay raised: the successors of these records must not be sent while the
-                # rows might still exist (a new leader would re-send them after their successors).
+                # The records stay in their windows: the successors of these records must not be
+                # purged (or sent, with one in flight per key) while the rows might still exist.
                 log.warning("purge of %d rows failed (%s); retrying in %.3fs", len(ids), exc, backoff)
                 if self._stopping.is_set():
                     tries_after_stop += 1
@@ -392,20 +468,22 @@ class Term:
                         return False
                 time.sleep(backoff)
 
-    def _failed(self, store: OutboxStore, d: Delivery) -> None:
-        lim, counters, record = self.limits, self.engine.counters, d.record
-        counters.failed += 1
+    def _resolve(self, store: OutboxStore, failure: Failure) -> None:
+        """A key's window drained after a failure: bury or reset its first failed record; the
+        records behind it are not purged (they are re-marked with it, or parked)."""
+        lim, counters, record = self.limits, self.engine.counters, failure.record
+        d = self._failures.pop(record.id)
+        for behind in failure.behind:
+            self._failures.pop(behind.id, None)
         attempts = self._attempts.get(record.id, 0) + 1
         self._attempts[record.id] = attempts
         bury = lim.dead_letter and (
             (d.permanent and lim.bury_permanent) or (lim.max_attempts > 0 and attempts >= lim.max_attempts)
         )
-        log.warning(
-            "delivery of record %d (key %r) failed (attempt %d): %s", record.id, record.key, attempts, d.error
-        )
         if bury:
+            park = lim.park_key
             try:
-                store.bury(record, d.error or "unknown error", attempts)
+                store.bury(record, d.error or "unknown error", attempts, park)
             except DatabaseError as exc:
                 log.warning(
                     "moving record %d to the dead-letter table failed (%s); it will be retried",
@@ -414,11 +492,21 @@ class Term:
                 )
             else:
                 counters.dead += 1
+                counters.reset += len(failure.behind)
                 self._attempts.pop(record.id, None)
                 self.engine.emit(
-                    RecordDeadLettered(record.id, record.topic, record.key, d.error or "", attempts)
+                    RecordDeadLettered(record.id, record.topic, record.key, d.error or "", attempts, park)
                 )
-                self._enqueue(self.dispatcher.settle([record]))
+                if park:
+                    log.warning(
+                        "key %r parked behind dead letter %d: its later records wait for "
+                        "`sluice outbox dead retry|resolve`",
+                        record.key,
+                        record.id,
+                    )
+                    self.engine.emit(KeyParked(record.id, record.topic, record.key))
+                with self._send_order:
+                    self._enqueue(self.dispatcher.close_failure(failure, settled=True, park=park))
                 return
         try:
             if record.leader_id is not None:
@@ -426,8 +514,10 @@ class Term:
         except DatabaseError as exc:
             # Possibly not reset: harmless, the marker's fresh leader id re-marks it either way.
             log.warning("reset of record %d failed (%s); the leader refresh re-marks it", record.id, exc)
-        counters.reset += 1
-        self.dispatcher.fail(record)
+        # The records behind it keep their leader id: the fresh one re-marks them all the same.
+        counters.reset += 1 + len(failure.behind)
+        with self._send_order:
+            self._enqueue(self.dispatcher.close_failure(failure, settled=False))
 
     # -- shutdown ------------------------------------------------------------------------------
     def _shutdown(self, shards: list[threading.Thread], purger: threading.Thread) -> None:
@@ -493,7 +583,9 @@ class Engine:
             self.current = None
         return first_id
 
-    def emit_meter(self, interval: float, disp: Dispatcher | None = None) -> Stats:
+    def emit_meter(
+        self, interval: float, disp: Dispatcher | None = None, parked_keys: int | None = None
+    ) -> Stats:
         c = self.counters
         now = c.snapshot()
         prev, self._last_snapshot = self._last_snapshot, now
@@ -511,6 +603,7 @@ class Engine:
             reset=delta[3],
             dead=delta[4],
             latency_ms=percentiles(samples),
+            parked_keys=parked_keys,
         )
         self.emit(MeterRead(stats))
         return stats

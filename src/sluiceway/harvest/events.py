@@ -45,6 +45,19 @@ class RecordDeadLettered(Event):
     key: str
     error: str
     attempts: int
+    #: Its key is parked: the key's later records wait in the outbox (``deadLetter.parkKey``).
+    parked: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class KeyParked(Event):
+    """A dead letter parks its key: no later record of ``key`` is published until an operator runs
+    ``sluice outbox dead retry`` (the record goes back at the head of its key) or ``resolve``
+    (it is discarded and the key released)."""
+
+    record_id: int
+    topic: str
+    key: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +74,7 @@ class Stats:
     reset: int
     dead: int
     latency_ms: dict[str, float] = field(default_factory=dict)  # p50, p90, p99, max: create → ack
+    parked_keys: int | None = None  # keys parked behind a dead letter (None: could not be counted)
 
 
 @dataclass(frozen=True, slots=True)

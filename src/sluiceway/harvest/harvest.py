@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluiceway.db import Database, dsn_warnings
 from sluiceway.election.protocol import LeaderElection
-from sluiceway.errors import SluicewayError
+from sluiceway.errors import PublisherFailedError, SluicewayError
 from sluiceway.harvest.config import HarvestConfig
 from sluiceway.harvest.engine import Engine, EngineLimits
 from sluiceway.harvest.events import Event, LeaderAcquired, LeaderFenced, LeaderRevoked
@@ -40,6 +40,9 @@ def engine_limits(config: HarvestConfig) -> EngineLimits:
         max_attempts=dl.max_attempts,
         dead_letter=dl.enabled,
         bury_permanent=dl.permanent_errors,
+        park_key=dl.park_key,
+        per_key_in_flight=lim.per_key_in_flight,
+        sequence_headers=config.harvest.sequence_headers,
     )
 
 
@@ -196,6 +199,12 @@ class Harvest:
             self.engine.run_term(
                 should_run, on_start=lambda leader_id: self._emit(LeaderAcquired(leader_id, destination))
             )
+        except PublisherFailedError as exc:
+            # The client is spent (a fatal producer error): end this term; if we still lead, the
+            # next one starts with a fresh client and re-marks every row this one left.
+            log.warning("the destination client failed (%s): starting a new term with a fresh one", exc)
+            self._stopping.wait(self.config.limits.io_error_backoff)
+            return
         finally:
             publisher.close()
             if self._spares is not None:

@@ -3,6 +3,12 @@
 Each record's namespace is its outbox topic. The leader's epoch (from the database lease) is
 kept in a journal register: every append expects the register to still hold this term's epoch,
 so a fenced, stale leader's appends are rejected by the journal itself.
+
+Records are appended in the order they were sent, one append at a time, so a key's records
+(several may be in flight with ``perKeyInFlight`` > 1) land in order. It is gapless per key: once
+an append fails, the records of its keys that were sent under the same leader id and are still
+queued fail too, without being appended — a failed record is never followed in the journal by
+a later record of its key. Records marked under a later leader id (the re-send) go through.
 """
 
 from __future__ import annotations
@@ -48,6 +54,8 @@ class JournalPublisher:
             self.journal.close()
             raise
         self._queue: queue.Queue[_Item | None] = queue.Queue()
+        #: key -> leader id of its record whose append failed (journal thread only).
+        self._failed: dict[str, str | None] = {}
         self._busy = 0
         self._idle = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="sluice-journal-publisher", daemon=True)
@@ -109,6 +117,10 @@ class JournalPublisher:
                 return
 
     def _append(self, batch: list[_Item]) -> None:
+        if self._failed:
+            batch = self._withhold(batch)
+            if not batch:
+                return
         try:
             with self.journal.append(expect_registers={self.register: str(self.epoch)}) as tx:
                 for record, _ in batch:
@@ -123,15 +135,31 @@ class JournalPublisher:
         except ExpectationFailed:
             error = f"fenced: journal epoch register moved past {self.epoch}"
             log.warning("journal append rejected: %s", error)
-            for record, done in batch:
-                done(Delivery(record, error=error))
+            self._fail(batch, error)
             return
         except (JournalError, OSError) as exc:
-            for record, done in batch:
-                done(Delivery(record, error=f"{type(exc).__name__}: {exc}"))
+            self._fail(batch, f"{type(exc).__name__}: {exc}")
             return
         for (record, done), offset in zip(batch, offsets, strict=True):
             done(Delivery(record, offset=offset))
+
+    def _fail(self, batch: list[_Item], error: str) -> None:
+        for record, done in batch:
+            self._failed[record.key] = record.leader_id
+            done(Delivery(record, error=error))
+
+    def _withhold(self, batch: list[_Item]) -> list[_Item]:
+        """Fail, unappended, the records queued behind a failed record of their key (same leader
+        id); a record marked under another leader id is a re-send and clears its key."""
+        keep: list[_Item] = []
+        for record, done in batch:
+            if record.key in self._failed:
+                if self._failed[record.key] == record.leader_id:
+                    done(Delivery(record, error="not appended: an earlier record of its key failed"))
+                    continue
+                del self._failed[record.key]
+            keep.append((record, done))
+        return keep
 
     def flush(self, timeout: float) -> int:
         with self._idle:

@@ -42,6 +42,10 @@ class PermanentPublishError(PublishError):
     permanent = True
 
 
+class FatalPublishError(PublishError):
+    fatal = True
+
+
 class ClientLog:
     """librdkafka's log and error callbacks, at most one warning line per ``interval`` seconds.
 
@@ -156,7 +160,12 @@ class KafkaPublisher:
                 on_done(Delivery(record, partition=msg.partition(), offset=msg.offset()))
             else:
                 on_done(
-                    Delivery(record, error=f"{err.name()}: {err.str()}", permanent=err.code() in permanent)
+                    Delivery(
+                        record,
+                        error=f"{err.name()}: {err.str()}",
+                        permanent=err.code() in permanent,
+                        fatal=err.fatal(),
+                    )
                 )
 
         kwargs: dict[str, Any] = {
@@ -178,7 +187,13 @@ class KafkaPublisher:
                     raise PublishError("publisher closed while its queue was full") from None
             except KafkaException as exc:
                 err = exc.args[0]
-                cls = PermanentPublishError if err.code() in permanent else PublishError
+                cls = (
+                    FatalPublishError
+                    if err.fatal()
+                    else PermanentPublishError
+                    if err.code() in permanent
+                    else PublishError
+                )
                 raise cls(f"{err.name()}: {err.str()}") from exc
 
     def wait_ready(self) -> None:
@@ -193,6 +208,11 @@ class KafkaPublisher:
 
     def close(self) -> None:
         self.flush(5.0)
+        for p in self._producers:
+            # What is still queued (the broker is away) must not go out later, behind the records
+            # the next leader re-sends: it fails now, and its rows stay for that leader.
+            p.purge(in_queue=True, in_flight=False)
+            p.poll(0)  # their delivery reports (failed: purged)
         self._closed.set()
         for t in self._pollers:
             t.join(timeout=2)

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from sluiceway.harvest.events import (
     Event,
+    KeyParked,
     LeaderAcquired,
     LeaderFenced,
     LeaderRevoked,
     MeterRead,
     RecordDeadLettered,
 )
+from sluiceway.metrics import MetricsEndpoint, serve_metrics
 
 
 class HarvestMetrics:
@@ -42,6 +42,18 @@ class HarvestMetrics:
             registry=self.registry,
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
+        self.parked_keys = Gauge(
+            "sluice_harvest_parked_keys",
+            "Keys parked behind a dead letter (their later records wait for an operator)",
+            ["harvest"],
+            registry=self.registry,
+        )
+        self.keys_parked = Counter(
+            "sluice_harvest_keys_parked_total",
+            "Dead letters that parked their key",
+            ["harvest"],
+            registry=self.registry,
+        )
         # Which kind of destination this harvester publishes to (kafka, journal, nats, rabbitmq, redis).
         Gauge(
             "sluice_harvest_destination",
@@ -49,7 +61,7 @@ class HarvestMetrics:
             ["harvest", "destination"],
             registry=self.registry,
         ).labels(name, destination).set(1)
-        self._server: Any = None
+        self._endpoint: MetricsEndpoint | None = None
 
     def observe(self, event: Event) -> None:
         name = self._labels["harvest"]
@@ -67,24 +79,23 @@ class HarvestMetrics:
             self.in_flight.labels(name).set(s.in_flight)
             if "p50" in s.latency_ms:
                 self.latency.labels(name).observe(s.latency_ms["p50"] / 1000.0)
+            if s.parked_keys is not None:
+                self.parked_keys.labels(name).set(s.parked_keys)
         elif isinstance(event, LeaderAcquired):
             self.leader.labels(name).set(1)
         elif isinstance(event, LeaderRevoked | LeaderFenced):
             self.leader.labels(name).set(0)
         elif isinstance(event, RecordDeadLettered):
             self.records.labels(name, "dead_lettered").inc()
+        elif isinstance(event, KeyParked):
+            self.keys_parked.labels(name).inc()
 
     def serve(self, addr: str) -> tuple[str, int]:
         """Serve /metrics on ``host:port`` (default host 127.0.0.1). Returns the bound address."""
-        from prometheus_client import start_http_server
-
-        host, _, port = addr.rpartition(":")
-        host = host or "127.0.0.1"
-        server, _thread = start_http_server(int(port), addr=host, registry=self.registry)
-        self._server = server
-        return host, int(server.server_port)
+        self._endpoint = serve_metrics(self.registry, addr)
+        return self._endpoint.host, self._endpoint.port
 
     def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server = None
+        if self._endpoint is not None:
+            self._endpoint.close()
+            self._endpoint = None

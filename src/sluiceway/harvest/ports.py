@@ -12,7 +12,9 @@ class Delivery(NamedTuple):
     """The outcome of one send. ``error`` is None on success.
 
     ``permanent`` says the destination can never accept this record (too large, invalid topic):
-    retrying is pointless and the record is a dead-letter candidate at once.
+    retrying is pointless and the record is a dead-letter candidate at once. ``fatal`` says the
+    publisher can deliver nothing more (librdkafka's fatal errors): the term ends and the next one
+    opens a fresh client.
     """
 
     record: MarkedRecord
@@ -21,6 +23,7 @@ class Delivery(NamedTuple):
     #: Where it landed (Kafka partition/offset or journal offset), for events and tests.
     partition: int | None = None
     offset: int | None = None
+    fatal: bool = False
 
 
 class OutboxStore(Protocol):
@@ -33,13 +36,27 @@ class OutboxStore(Protocol):
 
     def reset(self, record_id: int, leader_id: str) -> None: ...
 
-    def bury(self, record: MarkedRecord, error: str, attempts: int) -> None: ...
+    def bury(self, record: MarkedRecord, error: str, attempts: int, parked: bool) -> None:
+        """Move a poison record to the dead-letter table. ``parked``: its key's later rows are not
+        marked (by any leader) until an operator retries or resolves it."""
+        ...
+
+    def parked_keys(self) -> int:
+        """How many keys are parked behind a dead letter."""
+        ...
 
     def close(self) -> None: ...
 
 
 class Publisher(Protocol):
-    """Sends records asynchronously; ``on_done`` is called exactly once per send, from any thread."""
+    """Sends records asynchronously; ``on_done`` is called exactly once per send, from any thread.
+
+    Per key, sends are made in id order from one thread. With ``perKeyInFlight`` > 1 a publisher
+    must also be *gapless* per key: once a send fails (reported in ``on_done``, possibly inside
+    ``send`` itself), no send of the same key made before that report may land after it without
+    the failed one. A Kafka idempotent producer with ``enable.gapless.guarantee`` is; so is the
+    journal publisher.
+    """
 
     def send(self, record: MarkedRecord, on_done: Callable[[Delivery], None]) -> None: ...
 

@@ -23,6 +23,7 @@ class MemoryOutboxStore:
         self._ids = itertools.count(1)
         self.rows: dict[int, MarkedRecord] = {}
         self.dead: dict[int, tuple[MarkedRecord, str, int]] = {}
+        self.parked: dict[int, str] = {}  # dead letter id -> the key it parks
         self._faults: dict[str, list[bool]] = {}  # verb -> queue of "applied before failing?" flags
         self.calls: dict[str, int] = {}
 
@@ -61,11 +62,12 @@ class MemoryOutboxStore:
             if fault is False:
                 raise DatabaseError("injected: mark failed")
             out: list[MarkedRecord] = []
+            parked = set(self.parked.values())
             for rid in sorted(self.rows):
                 if len(out) >= limit:
                     break
                 row = self.rows[rid]
-                if row.leader_id != leader_id:
+                if row.leader_id != leader_id and row.key not in parked:
                     row = MarkedRecord(
                         row.id,
                         row.create_time,
@@ -105,7 +107,7 @@ class MemoryOutboxStore:
             if fault is True:
                 raise DatabaseError("injected: reset applied, then the connection dropped")
 
-    def bury(self, record: MarkedRecord, error: str, attempts: int) -> None:
+    def bury(self, record: MarkedRecord, error: str, attempts: int, parked: bool = False) -> None:
         with self._lock:
             fault = self._fault("bury")
             if fault is False:
@@ -113,8 +115,28 @@ class MemoryOutboxStore:
             row = self.rows.pop(record.id, None)
             if row is not None:
                 self.dead[record.id] = (row, error[:MAX_ERROR_LENGTH], attempts)
+                if parked:
+                    self.parked[record.id] = row.key
             if fault is True:
                 raise DatabaseError("injected: bury applied, then the connection dropped")
+
+    def parked_keys(self) -> int:
+        with self._lock:
+            return len(set(self.parked.values()))
+
+    # -- operator actions (as outbox.deadletters does in SQL) -----------------------------------
+    def retry(self, record_id: int) -> None:
+        """Put a dead letter back: a parked one at the head of its key (its own id), unmarked."""
+        with self._lock:
+            row, _, _ = self.dead.pop(record_id)
+            rid = record_id if self.parked.pop(record_id, None) is not None else next(self._ids)
+            self.rows[rid] = row._replace(id=rid, leader_id=None)
+
+    def resolve(self, record_id: int) -> None:
+        """Discard a dead letter, releasing its key."""
+        with self._lock:
+            del self.dead[record_id]
+            self.parked.pop(record_id, None)
 
     def close(self) -> None:
         pass

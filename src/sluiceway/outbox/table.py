@@ -35,6 +35,8 @@ class OutboxLayout:
     table: str
     has_partition: bool = False
     binary_value: bool = False
+    #: The dead-letter table exists and has the ``parked`` column (dead letters can park keys).
+    can_park: bool = False
 
     @property
     def dead_table(self) -> str:
@@ -46,13 +48,18 @@ class OutboxLayout:
 
 
 def queries(dialect: Dialect, layout: OutboxLayout) -> QuerySet:
+    columns = layout.columns
     return QuerySet(
         "sluiceway.outbox",
         dialect,
         outbox=layout.table,
         dead=layout.dead_table,
-        raw_columns=", ".join(layout.columns),
+        raw_columns=", ".join(columns),
+        # A retried letter goes back unmarked: the same columns with leader_id NULL.
+        raw_restore_columns=", ".join("NULL" if c == "leader_id" else c for c in columns),
+        raw_data_columns=", ".join(c for c in columns if c not in ("id", "leader_id")),
         raw_index=f"{bare_name(layout.table)}_leader_id_idx",
+        raw_dead_index=f"{bare_name(layout.dead_table)}_parked_key_idx",
     )
 
 
@@ -74,24 +81,35 @@ def init_outbox(
     db.execute(q["create_dead_table"], what=f"create table {layout.dead_table}")
     if "extend_dead_table" in q:
         db.execute(q["extend_dead_table"], what=f"extend table {layout.dead_table}")
-    return layout
+    if "parked" not in _column_types(db, layout.dead_table):
+        db.execute(q["add_dead_parked_column"], what=f"add parked column to {layout.dead_table}")
+    db.execute(q["create_dead_index"], what=f"create index on {layout.dead_table}")
+    return discover(db, table)
+
+
+def _column_types(db: Database, table: str) -> dict[str, str]:
+    """Column name -> type of ``table`` (empty if the table does not exist)."""
+    schema, _, name = table.rpartition(".")
+    q = queries(db.dialect, OutboxLayout(table))
+    rows = db.fetchall(
+        q["columns"], {"table": name, "schema": schema or None}, what=f"list columns of {table}"
+    )
+    return {str(col).lower(): str(typ).lower() for col, typ in rows}
 
 
 def discover(db: Database, table: str = "outbox") -> OutboxLayout:
     """Read the table's columns: which optional ones exist, and whether values are binary."""
     check_identifier(table)
-    schema, _, name = table.rpartition(".")
-    q = queries(db.dialect, OutboxLayout(table))
-    rows = db.fetchall(q["columns"], {"table": name, "schema": schema or None}, what="list outbox columns")
-    if not rows:
+    types = _column_types(db, table)
+    if not types:
         raise ConfigError(
             f"outbox table {table!r} does not exist (create it with `sluice outbox init`)", path="outboxTable"
         )
-    types = {str(col).lower(): str(typ).lower() for col, typ in rows}
     return OutboxLayout(
         table=table,
         has_partition="kafka_partition" in types,
         binary_value=types.get("kafka_value", "") in ("bytea", "blob", "varbinary", "longblob", "mediumblob"),
+        can_park="parked" in _column_types(db, OutboxLayout(table).dead_table),
     )
 
 

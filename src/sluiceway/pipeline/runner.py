@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import signal
 import threading
 import time
@@ -22,6 +23,7 @@ from types import FrameType
 from typing import Any
 
 from sluiceway.pipeline.compat import is_connect_session, tolerate_observed_metrics_in_commands
+from sluiceway.pipeline.dedup import dedup_by_sequence
 from sluiceway.pipeline.errors import PipelineError, SinkFailed, StepPaused
 from sluiceway.pipeline.sinks.handler import BatchHandler, Stopping
 from sluiceway.pipeline.spec import PipelineSpec
@@ -156,6 +158,8 @@ def build_stream(
     fmt, opts = source_format(spec, sink, max_records=max_records, owner=owner)
     fmt = register_query_source(spark, fmt, f"{spec.name}/{sink}")
     df = spark.readStream.format(fmt).options(**opts).load()
+    if spec.source.type == "kafka" and spec.source.dedup:
+        df = dedup_by_sequence(df)
     if spec.namespace != ".*":
         # Columns taken from the DataFrame itself, so a Spark Connect DataFrame gets Connect columns
         # even in a process that also runs a classic session.
@@ -187,8 +191,12 @@ class Pipeline:
     >>> Pipeline(spec, spark).status()                                     # per-sink offsets and lag
     """
 
-    def __init__(self, spec: PipelineSpec, spark: Any = None, *, master: str = "local[*]") -> None:
+    def __init__(
+        self, spec: PipelineSpec, spark: Any = None, *, master: str = "local[*]", metrics: Any = None
+    ) -> None:
         self.spec = spec
+        #: A :class:`~sluiceway.pipeline.metrics.PipelineMetrics` to count each sink's batches in.
+        self.metrics = metrics
         if spark is None:
             from sluiceway.pipeline.session import build_session
 
@@ -215,8 +223,11 @@ class Pipeline:
         checkpoint = str(spec.checkpoint_dir(sink))
         handler = BatchHandler(spec.name, sink_spec, checkpoint, stopping=self._stopping)
         df = build_stream(self.spark, spec, sink, max_records=max_records, owner=self.run_id)
+        batch_fn = handler
+        if self.metrics is not None and not is_connect_session(self.spark):
+            batch_fn = self.metrics.metered(handler)  # Connect runs the function on the server
         writer = (
-            df.writeStream.foreachBatch(handler)
+            df.writeStream.foreachBatch(batch_fn)
             .queryName(f"{spec.name}.{sink}")
             .option("checkpointLocation", checkpoint)
         )
@@ -253,7 +264,8 @@ class Pipeline:
         err = StateStore(self.spec.checkpoint_dir(sink)).load().error
         if err and "SinkFailed" in text:
             return SinkRun(sink, "failed", err["message"], err.get("offset"))
-        return SinkRun(sink, "failed", _first_line(text))
+        log.debug("pipeline %s: sink %s failed:\n%s", self.spec.name, sink, text)
+        return SinkRun(sink, "failed", summarize(text))
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -292,7 +304,11 @@ class Pipeline:
             if run.state == "failed":
                 self._reported.add(sink)
                 at = f" at offset {run.offset}" if run.offset is not None else ""
-                log.error("pipeline %s: sink %s stopped%s: %s", self.spec.name, sink, at, run.error)
+                # One line; the whole cause (a driver's DETAIL lines, say) at debug level.
+                log.error(
+                    "pipeline %s: sink %s stopped%s: %s", self.spec.name, sink, at, first_line(run.error)
+                )
+                log.debug("pipeline %s: sink %s: %s", self.spec.name, sink, run.error)
 
     def run(
         self, *, once: bool = False, handle_signals: bool = True, timeout: float | None = None
@@ -403,7 +419,7 @@ def _await(query: Any) -> None:
         query.awaitTermination()
     except Exception as exc:  # the outcome is read from the query and the state file
         if StepPaused.MARKER not in str(exc) and "SinkFailed" not in str(exc):
-            raise PipelineError(f"query {query.name} failed: {_first_line(str(exc))}") from None
+            raise PipelineError(f"query {query.name} failed: {summarize(str(exc))}") from None
 
 
 def _trigger_active(query: Any) -> bool:
@@ -413,15 +429,25 @@ def _trigger_active(query: Any) -> bool:
         return False
 
 
-def _first_line(text: str) -> str:
-    for line in text.splitlines():
-        line = line.strip()
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failed|Violation|Exit)\w*: .+")
+
+
+def summarize(text: str) -> str:
+    """One line out of a failed query's text (a JVM and Python traceback): our own ``SinkFailed``
+    if it is there, else the Python exception a traceback ends with, else the first line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in lines:
         if "SinkFailed:" in line:
-            return line.split("SinkFailed:", 1)[1].strip()
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()[:500]
-    return text[:500]
+            return line.split("SinkFailed:", 1)[1].strip()[:500]
+    if "Traceback (most recent call last)" in text:
+        raised = [line for line in lines if _EXCEPTION_LINE.match(line)]
+        if raised:
+            return raised[-1][:500]
+    return lines[0][:500] if lines else text[:500]
+
+
+def first_line(text: str | None) -> str:
+    return next((line.strip() for line in (text or "").splitlines() if line.strip()), "")
 
 
 @contextmanager

@@ -69,6 +69,8 @@ class KafkaSourceSpec(_Source):
     topic: str | list[str]
     config: dict[str, str] = Field(default_factory=dict)
     starting_offsets: Literal["earliest", "latest"] = "earliest"
+    #: Drop records the harvester re-sent: per key, only a sluice-id above the last (pipeline/dedup.py).
+    dedup: bool = False
 
     @field_validator("config")
     @classmethod
@@ -204,6 +206,9 @@ class _Sink(_Model):
     namespace: str = ".*"
     retry: RetrySpec = Field(default_factory=lambda: RetrySpec.model_validate({}))
     dead_letter: SinkSpec | None = None
+    #: Spark tasks writing each batch of an ordered sink (kafka, postgres, feed; journal: 1), the
+    #: batch split by key; default: the cluster's cores. File sinks keep the source's parts.
+    parallelism: int | None = Field(None, ge=1, le=1024)
 
     _ns = field_validator("namespace")(_regex)
 

@@ -36,6 +36,10 @@ class SinkState:
     #: Progress in ``batch``: every record below ``last``, plus ``rank`` records at ``last``.
     last: int | None = None
     rank: int = 0
+    #: The same, per part of ``batch`` written by Spark tasks: {part: [last, rank]}.
+    parts: dict[str, list[Any]] = field(default_factory=dict)
+    #: Where the last batch's parts were written: [{part, pid, jvm, records}].
+    writers: list[dict[str, Any]] = field(default_factory=list)
     #: Offset of the last record written, across batches (for ``status``).
     last_offset: int | None = None
     records: int = 0

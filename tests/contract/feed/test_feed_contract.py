@@ -282,10 +282,27 @@ def test_status_counts_lag_and_workers(any_dsn: str, prefix: str, feed: Feed) ->
     s = feed.status()
     assert sorted(s.partitions) == [("available", 0, 1), ("available", 2, 1)]
     assert s.items == {"available": 3} and s.ready_items == 3
+    assert s.items_by_gate == [("available", 0, 2), ("available", 2, 1)]
     assert s.oldest_available_age is not None and s.oldest_available_age >= 0
     feed.store.acquire("w9", feed.store.free_partitions(1), lease=30)
     (w,) = feed.status().workers
-    assert (w.owner, w.partitions, w.live) == ("w9", 1, True)
+    assert (w.owner, w.partitions, w.live, w.expired) == ("w9", 1, True, 0)
+
+
+def test_status_counts_expired_leases_per_worker(any_dsn: str, prefix: str, feed: Feed) -> None:
+    from sluiceway.testing import wait_until
+
+    feed.add_many([("p1", [b"x"]), ("p2", [b"x"]), ("p3", [b"x"])])
+    feed.store.acquire("gone", feed.store.free_partitions(2), lease=0.3)
+    feed.store.acquire("alive", feed.store.free_partitions(1), lease=30)
+
+    def expired() -> dict[str, tuple[int, int, bool]]:
+        return {w.owner: (w.partitions, w.expired, w.live) for w in feed.status().workers}
+
+    wait_until(
+        lambda: expired().get("gone") == (2, 2, False), timeout=10, message="the short leases to lapse"
+    )
+    assert expired()["alive"] == (1, 0, True)
 
 
 class SteppedClock:

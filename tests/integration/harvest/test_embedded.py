@@ -21,6 +21,20 @@ from tests.support.harvest import Recorder
 from tests.support.outbox import outbox_count
 
 
+def sqlite_outbox(tmp_path: Path, records: list[OutboxRecord]) -> str:
+    """An SQLite outbox holding ``records``; returns its DSN."""
+    dsn = f"sqlite:///{tmp_path / 'app.db'}"
+    with Database(dsn) as db:
+        init_outbox(db)
+    conn = sqlite3.connect(tmp_path / "app.db")
+    stash = Stasher().prepare(conn)
+    for record in records:
+        stash.stash(record)
+    conn.commit()
+    conn.close()
+    return dsn
+
+
 def test_embedded_harvest_into_journal(tmp_path: Path) -> None:
     dsn = f"sqlite:///{tmp_path / 'app.db'}"
     with Database(dsn) as db:
@@ -64,7 +78,10 @@ def test_embedded_harvest_into_journal(tmp_path: Path) -> None:
     for r in records:
         per_key.setdefault(r.key, []).append(int(r.value.decode()[1:]))  # type: ignore[union-attr]
     assert all(seq == sorted(seq) for seq in per_key.values())
-    assert next(r for r in records if r.value == b"v0").headers == [("i", "0")]
+    first = next(r for r in records if r.value == b"v0")
+    leader = recorder.of(LeaderAcquired)[0].leader_id
+    # A new configuration: the row's headers, then the sequence headers (row id, leader id).
+    assert first.headers == [("i", "0"), ("sluice-id", "1"), ("sluice-leader", leader)]
 
 
 def test_the_database_reached_is_logged_at_start_up(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -113,3 +130,62 @@ def test_journal_destination_requires_database_election() -> None:
                 }
             }
         )
+
+
+def test_pipelined_keys_into_the_journal(tmp_path: Path) -> None:
+    dsn = sqlite_outbox(tmp_path, [OutboxRecord("orders", f"order-{i % 5}", str(i)) for i in range(2000)])
+    cfg = HarvestConfig.from_dict(
+        {
+            "harvest": {
+                "dataSource": dsn,
+                "journal": {"path": str(tmp_path / "journal"), "fsync": False},
+                "limits": {"perKeyInFlight": 8},
+            }
+        }
+    )
+    with Harvest(cfg):
+        wait_until(lambda: outbox_count(dsn) == 0, timeout=60)
+    with Journal.open(tmp_path / "journal", read_only=True) as journal:
+        records = list(journal.read())
+    per_key: dict[str, list[int]] = {}
+    for r in records:
+        per_key.setdefault(r.key, []).append(int(r.value or b""))
+    # Several appends of a key in flight at once, and still each key exactly in order.
+    assert per_key == {f"order-{k}": list(range(k, 2000, 5)) for k in range(5)}
+
+
+def test_journal_withholds_a_failed_keys_queued_records(tmp_path: Path) -> None:
+    publisher = JournalPublisher(str(tmp_path / "journal"), epoch=1, fsync=False)
+    real = publisher.journal
+
+    class FailsOnce:
+        failed = False
+
+        def append(self, **kwargs: object) -> object:
+            if not self.failed:
+                self.failed = True
+                raise OSError("disk full")
+            return real.append(**kwargs)  # type: ignore[arg-type]
+
+    outcomes: dict[tuple[str, str], str | None] = {}
+
+    def rec(rid: int, key: str, leader: str) -> tuple[MarkedRecord, object]:
+        record = MarkedRecord(rid, None, "t", key, str(rid).encode(), (), leader)
+        return record, lambda d: outcomes.__setitem__((f"{key}{rid}", leader), d.error)
+
+    publisher.journal = FailsOnce()  # type: ignore[assignment]
+    try:
+        publisher._append([rec(1, "a", "L1"), rec(2, "b", "L1")])  # type: ignore[list-item]
+        # Queued behind the failure under the same leader id: a and b fail without being appended.
+        publisher._append([rec(3, "a", "L1"), rec(4, "b", "L1"), rec(5, "c", "L1")])  # type: ignore[list-item]
+        # The re-send, marked under a fresh leader id, goes through from the failed record on.
+        publisher._append([rec(1, "a", "L2"), rec(3, "a", "L2")])  # type: ignore[list-item]
+    finally:
+        publisher.journal = real
+        publisher.close()
+    assert outcomes[("a1", "L1")] and outcomes[("b2", "L1")]
+    assert "earlier record of its key failed" in str(outcomes[("a3", "L1")])
+    assert outcomes[("b4", "L1")] and outcomes[("c5", "L1")] is None
+    assert outcomes[("a1", "L2")] is None and outcomes[("a3", "L2")] is None
+    with Journal.open(tmp_path / "journal", read_only=True) as journal:
+        assert [(r.key, r.value) for r in journal.read()] == [("c", b"5"), ("a", b"1"), ("a", b"3")]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from sluiceway import OutboxRecord, Stasher
 from sluiceway.db import Database
@@ -13,24 +12,10 @@ from sluiceway.harvest import Harvest, RecordDeadLettered
 from sluiceway.outbox import init_outbox
 from sluiceway.testing import Broker, wait_until
 from tests.support.harvest import Recorder, kafka_config, started
+from tests.support.order import consume
 from tests.support.outbox import outbox_count, user_connection
 
 pytestmark = pytest.mark.kafka
-
-
-def consume(bootstrap: str, topic: str, n: int, partitions: int = 3) -> list[object]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "verify", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    got: list[object] = []
-    try:
-        wait_until(
-            lambda: got.extend(m for m in consumer.consume(100, 0.2) if not m.error()) or len(got) >= n,
-            timeout=20,
-            message=f"{n} messages on {topic}",
-        )
-    finally:
-        consumer.close()
-    return got
 
 
 @pytest.fixture
@@ -56,7 +41,10 @@ def test_key_value_headers_exact_and_tombstone(fresh_outbox: str, kafka: Broker,
         harvest.stop()
     first, second = sorted(msgs, key=lambda m: m.offset())  # type: ignore[attr-defined]
     assert first.key() == b"k1" and first.value() == '{"a": "é"}'.encode()  # type: ignore[attr-defined]
-    assert first.headers() == [("h1", b"v1"), ("h1", b"v2"), ("empty", b"")]  # type: ignore[attr-defined]
+    headers = first.headers()  # type: ignore[attr-defined]
+    assert headers[:3] == [("h1", b"v1"), ("h1", b"v2"), ("empty", b"")]
+    # A sluiceway configuration: the sequence headers follow the row's own.
+    assert headers[3] == ("sluice-id", b"1") and headers[4][0] == "sluice-leader"
     assert second.value() is None  # tombstone  # type: ignore[attr-defined]
     assert outbox_count(dsn) == 0
 
@@ -107,7 +95,11 @@ def test_oversized_and_invalid_topic_go_to_dead_letters(
     conn.close()
     recorder = Recorder()
     cfg = kafka_config(
-        dsn, kafka.bootstrap, f"{topic}-{dialect}", producerKafkaConfig={"message.max.bytes": 5000}
+        dsn,
+        kafka.bootstrap,
+        f"{topic}-{dialect}",
+        producerKafkaConfig={"message.max.bytes": 5000},
+        deadLetter={"parkKey": False},  # the key goes on without its poison record
     )
     harvest = started(Harvest(cfg), recorder)
     try:

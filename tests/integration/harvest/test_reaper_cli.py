@@ -25,6 +25,7 @@ from sluiceway.db import Database
 from sluiceway.outbox import init_outbox
 from sluiceway.testing import Broker, free_port, wait_until
 from tests.support.harvest import GOHARVEST_YAML
+from tests.support.order import consume
 from tests.support.outbox import outbox_count
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
@@ -85,6 +86,9 @@ def test_goharvest_reaper_yaml_runs_and_stops_cleanly_on_sigterm(
     output = log.read_text()
     assert "received SIGTERM" in output and "harvester stopped" in output
     assert "LeaderRevoked" in output
+    # A goharvest file loaded unchanged publishes what goharvest would: no sequence headers.
+    msgs = consume(kafka.bootstrap, topic, 200)
+    assert all(not m.headers() for m in msgs)  # type: ignore[attr-defined]
 
 
 def test_bad_config_is_one_clear_line(tmp_path: Path) -> None:

@@ -166,3 +166,8 @@ def test_journal_pipeline_runs_on_a_standalone_cluster(standalone: tuple[str, Pa
         for line in f.read_text().splitlines()
     ]
     assert sorted(r["offset"] for r in rows) == list(range(1, 3000, 2))
+    # Each sink's parts were written by the executor's Python workers, not by the driver.
+    for sink in ("copy", "files"):
+        state = json.loads((tmp_path / "cp" / sink / "sluice" / "state.json").read_text())
+        assert state["writers"], state
+        assert {w["jvm"] for w in state["writers"]} == {"CoarseGrainedExecutorBackend"}, state["writers"]

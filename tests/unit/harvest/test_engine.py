@@ -13,12 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sluiceway.harvest.engine import Engine, EngineLimits
+from sluiceway.harvest.engine import Engine
 from sluiceway.harvest.events import Event, LeaderRefreshed, RecordDeadLettered
 from sluiceway.harvest.ports import Delivery
 from sluiceway.outbox.memory import MemoryOutboxStore
-from sluiceway.outbox.record import MarkedRecord, OutboxRecord
+from sluiceway.outbox.record import MarkedRecord
 from sluiceway.testing import wait_until
+from tests.support.engine import LIMITS, load, run
 
 
 class FakePublisher:
@@ -69,27 +70,6 @@ class FakePublisher:
             self.cv.notify()
 
 
-def run(
-    store: MemoryOutboxStore,
-    publisher: FakePublisher,
-    limits: EngineLimits,
-    until: Callable[[], bool],
-    events: list[Event] | None = None,
-) -> None:
-    engine = Engine(
-        lambda: store, publisher, limits, (events.append if events is not None else lambda e: None)
-    )
-    done = threading.Event()
-    thread = threading.Thread(target=lambda: engine.run_term(lambda: not done.is_set()), daemon=True)
-    thread.start()
-    try:
-        wait_until(until, timeout=30, message="the engine to finish")
-    finally:
-        done.set()
-        thread.join(30)
-        publisher.close()
-
-
 def assert_order(log: list[tuple[str, int]], ids_by_key: dict[str, list[int]]) -> None:
     got: dict[str, list[int]] = defaultdict(list)
     for key, rid in log:
@@ -98,26 +78,6 @@ def assert_order(log: list[tuple[str, int]], ids_by_key: dict[str, list[int]]) -
         seq = got[key]
         collapsed = [x for i, x in enumerate(seq) if i == 0 or x != seq[i - 1]]
         assert collapsed == ids, f"key {key}: {collapsed} != {ids}"
-
-
-LIMITS = EngineLimits(
-    max_in_flight_records=50,
-    send_concurrency=4,
-    send_buffer=3,
-    mark_query_records=20,
-    mark_backoff=0.001,
-    io_error_backoff=0.001,
-    drain_timeout=2,
-    min_metrics_interval=60,
-)
-
-
-def load(store: MemoryOutboxStore, n: int, keys: int) -> dict[str, list[int]]:
-    ids: dict[str, list[int]] = defaultdict(list)
-    for i in range(n):
-        key = f"k{i % keys}"
-        ids[key].append(store.stash(OutboxRecord("t", key, str(i))))
-    return ids
 
 
 def test_drains_in_per_key_order() -> None:
@@ -174,7 +134,7 @@ def test_poison_record_goes_to_dead_letters_and_others_flow() -> None:
     store = MemoryOutboxStore()
     ids = load(store, 60, 3)
     poison = ids["k1"][4]
-    limits = dataclasses.replace(LIMITS, max_attempts=3)
+    limits = dataclasses.replace(LIMITS, max_attempts=3, park_key=False)
     events: list[Event] = []
     pub = FakePublisher(lambda r: "boom" if r.id == poison else None)
     run(store, pub, limits, lambda: not store.rows, events)
@@ -189,7 +149,7 @@ def test_permanent_errors_are_buried_at_once() -> None:
     store = MemoryOutboxStore()
     ids = load(store, 10, 2)
     pub = FakePublisher(lambda r: "MSG_SIZE_TOO_LARGE" if r.id == ids["k0"][0] else None, permanent=True)
-    run(store, pub, LIMITS, lambda: not store.rows)
+    run(store, pub, dataclasses.replace(LIMITS, park_key=False), lambda: not store.rows)
     assert store.dead[ids["k0"][0]][2] == 1
 
 

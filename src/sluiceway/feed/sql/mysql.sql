@@ -260,7 +260,8 @@ WHERE status = 'failed' AND (%(partition_id)s IS NULL OR partition_id = %(partit
 SELECT status, gate, count(*) FROM {partitions} GROUP BY status, gate ORDER BY status, gate LIMIT 200
 
 -- name: status_items
-SELECT status, count(*) FROM {items} GROUP BY status
+-- By status and gate: what waits at which gate (few gates per feed, so few rows).
+SELECT status, gate, count(*) FROM {items} GROUP BY status, gate ORDER BY status, gate LIMIT 1000
 
 -- name: status_lag
 SELECT COALESCE(SUM(available_at <= UTC_TIMESTAMP(6)), 0),
@@ -268,6 +269,8 @@ SELECT COALESCE(SUM(available_at <= UTC_TIMESTAMP(6)), 0),
 FROM {items} WHERE status = 'available'
 
 -- name: status_workers
-SELECT owner, count(*), min(lease_until), max(lease_until), max(lease_until) > UTC_TIMESTAMP(6)
+-- The last column counts the owner's expired leases (a worker that died or lost its database).
+SELECT owner, count(*), min(lease_until), max(lease_until), max(lease_until) > UTC_TIMESTAMP(6),
+       COALESCE(SUM(lease_until <= UTC_TIMESTAMP(6)), 0)
 FROM {partitions} WHERE status = 'available' AND owner IS NOT NULL
 GROUP BY owner ORDER BY owner LIMIT 1000

@@ -334,7 +334,8 @@ WHERE status = 'failed' AND (%(partition_id)s::bigint IS NULL OR partition_id = 
 SELECT status, gate, count(*) FROM {partitions} GROUP BY status, gate ORDER BY status, gate LIMIT 200
 
 -- name: status_items
-SELECT status, count(*) FROM {items} GROUP BY status
+-- By status and gate: what waits at which gate (few gates per feed, so few rows).
+SELECT status, gate, count(*) FROM {items} GROUP BY status, gate ORDER BY status, gate LIMIT 1000
 
 -- name: status_lag
 -- Ready = claimable now; the lag is the age of the oldest item not yet finished.
@@ -342,6 +343,8 @@ SELECT count(*) FILTER (WHERE available_at <= now()), EXTRACT(EPOCH FROM now() -
 FROM {items} WHERE status = 'available'
 
 -- name: status_workers
-SELECT owner, count(*), min(lease_until), max(lease_until), max(lease_until) > now()
+-- The last column counts the owner's expired leases (a worker that died or lost its database).
+SELECT owner, count(*), min(lease_until), max(lease_until), max(lease_until) > now(),
+       count(*) FILTER (WHERE lease_until <= now())
 FROM {partitions} WHERE status = 'available' AND owner IS NOT NULL
 GROUP BY owner ORDER BY owner LIMIT 1000

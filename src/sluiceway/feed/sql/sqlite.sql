@@ -253,7 +253,8 @@ WHERE status = 'failed' AND (:partition_id IS NULL OR partition_id = :partition_
 SELECT status, gate, count(*) FROM {partitions} GROUP BY status, gate ORDER BY status, gate LIMIT 200
 
 -- name: status_items
-SELECT status, count(*) FROM {items} GROUP BY status
+-- By status and gate: what waits at which gate (few gates per feed, so few rows).
+SELECT status, gate, count(*) FROM {items} GROUP BY status, gate ORDER BY status, gate LIMIT 1000
 
 -- name: status_lag
 SELECT coalesce(sum(available_at <= strftime('%Y-%m-%dT%H:%M:%f', 'now')), 0),
@@ -261,7 +262,9 @@ SELECT coalesce(sum(available_at <= strftime('%Y-%m-%dT%H:%M:%f', 'now')), 0),
 FROM {items} WHERE status = 'available'
 
 -- name: status_workers
+-- The last column counts the owner's expired leases (a worker that died or lost its database).
 SELECT owner, count(*), min(lease_until), max(lease_until),
-       max(lease_until) > strftime('%Y-%m-%dT%H:%M:%f', 'now')
+       max(lease_until) > strftime('%Y-%m-%dT%H:%M:%f', 'now'),
+       coalesce(sum(lease_until <= strftime('%Y-%m-%dT%H:%M:%f', 'now')), 0)
 FROM {partitions} WHERE status = 'available' AND owner IS NOT NULL
 GROUP BY owner ORDER BY owner LIMIT 1000

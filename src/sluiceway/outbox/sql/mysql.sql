@@ -35,6 +35,14 @@ ALTER TABLE {dead}
   ADD COLUMN IF NOT EXISTS attempts INT NOT NULL DEFAULT 0,
   ADD COLUMN IF NOT EXISTS dead_time DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
 
+-- name: add_dead_parked_column
+-- Dead-letter tables made before key parking: their letters did not park their keys.
+ALTER TABLE {dead} ADD COLUMN IF NOT EXISTS parked BOOLEAN NOT NULL DEFAULT FALSE
+
+-- name: create_dead_index
+-- The mark query looks up parked keys for every candidate row (MariaDB's IF NOT EXISTS).
+CREATE INDEX IF NOT EXISTS {raw_dead_index} ON {dead} (kafka_key)
+
 -- name: columns
 SELECT column_name, data_type FROM information_schema.columns
 WHERE table_name = %(table)s AND table_schema = COALESCE(%(schema)s, DATABASE())
@@ -56,6 +64,16 @@ VALUES (UTC_TIMESTAMP(6), %s, %s, %s, %s, %s, %s)
 -- key's later rows ahead of that older one, which reappears after the rollback — reordering,
 -- not a duplicate. Seen once in the MariaDB fault chaos test before this was changed.
 -- Waiting costs little: the locks are our own short purges and writers' commits at the tail.
+-- Rows of keys parked behind a dead letter are skipped (see postgres.sql); the subquery is not
+-- a locking read, so it takes no locks on the dead-letter table.
+SELECT {raw_columns} FROM {outbox} o
+WHERE (o.leader_id IS NULL OR o.leader_id <> %(leader_id)s)
+  AND o.kafka_key NOT IN (SELECT d.kafka_key FROM {dead} d WHERE d.parked)
+ORDER BY o.id
+LIMIT %(limit)s
+FOR UPDATE
+
+-- name: mark_all_keys
 SELECT {raw_columns} FROM {outbox}
 WHERE leader_id IS NULL OR leader_id <> %(leader_id)s
 ORDER BY id
@@ -72,6 +90,10 @@ DELETE FROM {outbox} WHERE id IN %(ids)s
 UPDATE {outbox} SET leader_id = NULL WHERE id = %(id)s AND leader_id = %(leader_id)s
 
 -- name: bury
+INSERT INTO {dead} ({raw_columns}, error, attempts, parked)
+SELECT {raw_columns}, %(error)s, %(attempts)s, %(parked)s FROM {outbox} WHERE id = %(id)s
+
+-- name: bury_unparked
 INSERT INTO {dead} ({raw_columns}, error, attempts)
 SELECT {raw_columns}, %(error)s, %(attempts)s FROM {outbox} WHERE id = %(id)s
 
@@ -87,6 +109,27 @@ SELECT count(*) FROM {dead}
 
 -- name: table_exists
 SELECT count(*) > 0 FROM information_schema.tables WHERE table_name = %(name)s AND table_schema = DATABASE()
+
+-- name: parked_keys
+SELECT count(DISTINCT kafka_key) FROM {dead} WHERE parked
+
+-- name: dead_list
+SELECT id, kafka_topic, kafka_key, attempts, parked, dead_time, error FROM {dead}
+WHERE id > %(after)s ORDER BY id LIMIT %(limit)s
+
+-- name: dead_get
+-- Locks the letter: a concurrent retry or resolve of it waits, then finds it gone.
+SELECT parked FROM {dead} WHERE id = %(id)s FOR UPDATE
+
+-- name: dead_restore
+-- See postgres.sql. An explicit id below AUTO_INCREMENT's counter leaves the counter alone.
+INSERT INTO {outbox} ({raw_columns}) SELECT {raw_restore_columns} FROM {dead} WHERE id = %(id)s
+
+-- name: dead_requeue
+INSERT INTO {outbox} ({raw_data_columns}) SELECT {raw_data_columns} FROM {dead} WHERE id = %(id)s
+
+-- name: dead_delete
+DELETE FROM {dead} WHERE id = %(id)s
 
 -- name: current_database
 SELECT DATABASE()

@@ -34,8 +34,17 @@ CREATE TABLE IF NOT EXISTS {dead} (
   LIKE {outbox} INCLUDING INDEXES,
   error     TEXT NOT NULL,
   attempts  INTEGER NOT NULL,
-  dead_time TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT now()
+  dead_time TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT now(),
+  parked    BOOLEAN NOT NULL DEFAULT false
 )
+
+-- name: add_dead_parked_column
+-- Dead-letter tables made before key parking: their letters did not park their keys.
+ALTER TABLE {dead} ADD COLUMN IF NOT EXISTS parked BOOLEAN NOT NULL DEFAULT false
+
+-- name: create_dead_index
+-- The mark query looks up parked keys for every candidate row: a small partial index.
+CREATE INDEX IF NOT EXISTS {raw_dead_index} ON {dead} (kafka_key) WHERE parked
 
 -- name: columns
 -- Which optional columns (kafka_partition, binary kafka_value) this table has.
@@ -53,8 +62,24 @@ INSERT INTO {outbox} (create_time, kafka_topic, kafka_key, kafka_value, kafka_he
 VALUES (NOW(), %s, %s, %s, %s, %s, %s)
 
 -- name: mark
--- One atomic statement: claim the oldest rows not owned by this leader id and return them.
--- RETURNING order is arbitrary, so the caller sorts by id.
+-- One atomic statement: claim the oldest rows not owned by this leader id and return them,
+-- skipping every row of a key parked behind a dead letter (whichever leader buried it: the dead
+-- table is what a new leader sees). NOT IN, not a correlated NOT EXISTS: the parked keys are read
+-- once per statement into a hash (kafka_key is NOT NULL, so NOT IN has no NULL trap), and each
+-- candidate row costs a hash probe instead of an index probe. RETURNING order is arbitrary, so
+-- the caller sorts by id.
+UPDATE {outbox} SET leader_id = %(leader_id)s
+WHERE id IN (
+  SELECT o.id FROM {outbox} o
+  WHERE (o.leader_id IS NULL OR o.leader_id <> %(leader_id)s)
+    AND o.kafka_key NOT IN (SELECT d.kafka_key FROM {dead} d WHERE d.parked)
+  ORDER BY o.id
+  LIMIT %(limit)s
+)
+RETURNING {raw_columns}
+
+-- name: mark_all_keys
+-- The same without parking, for a dead-letter table that predates it (or none at all).
 UPDATE {outbox} SET leader_id = %(leader_id)s
 WHERE id IN (
   SELECT id FROM {outbox}
@@ -75,6 +100,11 @@ UPDATE {outbox} SET leader_id = NULL WHERE id = %(id)s AND leader_id = %(leader_
 -- name: bury
 -- Moves a poison row to the dead-letter table; runs in one transaction with `purge_one`.
 -- If a retried transaction finds the row already gone, it inserts nothing: no duplicate.
+INSERT INTO {dead} ({raw_columns}, error, attempts, parked)
+SELECT {raw_columns}, %(error)s, %(attempts)s, %(parked)s FROM {outbox} WHERE id = %(id)s
+
+-- name: bury_unparked
+-- `bury` for a dead-letter table without the parked column.
 INSERT INTO {dead} ({raw_columns}, error, attempts)
 SELECT {raw_columns}, %(error)s, %(attempts)s FROM {outbox} WHERE id = %(id)s
 
@@ -89,6 +119,31 @@ SELECT count(*) FROM {dead}
 
 -- name: table_exists
 SELECT to_regclass(%(name)s) IS NOT NULL
+
+-- name: parked_keys
+SELECT count(DISTINCT kafka_key) FROM {dead} WHERE parked
+
+-- name: dead_list
+SELECT id, kafka_topic, kafka_key, attempts, parked, dead_time, error FROM {dead}
+WHERE id > %(after)s ORDER BY id LIMIT %(limit)s
+
+-- name: dead_get
+-- Locks the letter: a concurrent retry or resolve of it waits, then finds it gone.
+SELECT parked FROM {dead} WHERE id = %(id)s FOR UPDATE
+
+-- name: dead_restore
+-- Retry of a parked letter: back into the outbox under its own id, so it is the head of its
+-- key again (its key's later rows all have higher ids and were never purged). Explicit ids
+-- below the sequence are fine for a BIGSERIAL column.
+INSERT INTO {outbox} ({raw_columns}) SELECT {raw_restore_columns} FROM {dead} WHERE id = %(id)s
+
+-- name: dead_requeue
+-- Retry of a letter that did not park its key: its successors were published, so it goes to the
+-- tail with a new id (a re-used old id would make the harvester see its key go backwards).
+INSERT INTO {outbox} ({raw_data_columns}) SELECT {raw_data_columns} FROM {dead} WHERE id = %(id)s
+
+-- name: dead_delete
+DELETE FROM {dead} WHERE id = %(id)s
 
 -- name: current_database
 -- Logged at start-up: the database the DSN actually reached (see db/dsn.py's dsn_warnings).

@@ -38,8 +38,18 @@ CREATE TABLE IF NOT EXISTS {dead} (
   kafka_partition     INTEGER,
   error               TEXT NOT NULL,
   attempts            INTEGER NOT NULL,
-  dead_time           TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+  dead_time           TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+  parked              INTEGER NOT NULL DEFAULT 0
 )
+
+-- name: add_dead_parked_column
+-- Dead-letter tables made before key parking (SQLite has no ADD COLUMN IF NOT EXISTS: the
+-- caller checks the columns first).
+ALTER TABLE {dead} ADD COLUMN parked INTEGER NOT NULL DEFAULT 0
+
+-- name: create_dead_index
+-- The mark query looks up parked keys for every candidate row: a small partial index.
+CREATE INDEX IF NOT EXISTS {raw_dead_index} ON {dead} (kafka_key) WHERE parked
 
 -- name: columns
 SELECT name, type FROM pragma_table_info(:table)
@@ -54,7 +64,19 @@ INSERT INTO {outbox} (create_time, kafka_topic, kafka_key, kafka_value, kafka_he
 VALUES (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'), ?, ?, ?, ?, ?, ?)
 
 -- name: mark
--- SQLite (3.35+) has UPDATE … RETURNING; the statement is atomic under its write lock.
+-- SQLite (3.35+) has UPDATE … RETURNING; the statement is atomic under its write lock. Rows of
+-- keys parked behind a dead letter are skipped (see postgres.sql).
+UPDATE {outbox} SET leader_id = :leader_id
+WHERE id IN (
+  SELECT o.id FROM {outbox} o
+  WHERE (o.leader_id IS NULL OR o.leader_id <> :leader_id)
+    AND o.kafka_key NOT IN (SELECT d.kafka_key FROM {dead} d WHERE d.parked)
+  ORDER BY o.id
+  LIMIT :limit
+)
+RETURNING {raw_columns}
+
+-- name: mark_all_keys
 UPDATE {outbox} SET leader_id = :leader_id
 WHERE id IN (
   SELECT id FROM {outbox}
@@ -72,6 +94,10 @@ DELETE FROM {outbox} WHERE id IN (SELECT value FROM json_each(:ids))
 UPDATE {outbox} SET leader_id = NULL WHERE id = :id AND leader_id = :leader_id
 
 -- name: bury
+INSERT INTO {dead} ({raw_columns}, error, attempts, parked)
+SELECT {raw_columns}, :error, :attempts, :parked FROM {outbox} WHERE id = :id
+
+-- name: bury_unparked
 INSERT INTO {dead} ({raw_columns}, error, attempts)
 SELECT {raw_columns}, :error, :attempts FROM {outbox} WHERE id = :id
 
@@ -89,6 +115,27 @@ SELECT count(*) FROM {dead}
 
 -- name: table_exists
 SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = :name
+
+-- name: parked_keys
+SELECT count(DISTINCT kafka_key) FROM {dead} WHERE parked
+
+-- name: dead_list
+SELECT id, kafka_topic, kafka_key, attempts, parked, dead_time, error FROM {dead}
+WHERE id > :after ORDER BY id LIMIT :limit
+
+-- name: dead_get
+-- Runs in a write transaction (BEGIN IMMEDIATE): concurrent retries and resolves are serialised.
+SELECT parked FROM {dead} WHERE id = :id
+
+-- name: dead_restore
+-- See postgres.sql. AUTOINCREMENT keeps its high-water mark, so no later id is disturbed.
+INSERT INTO {outbox} ({raw_columns}) SELECT {raw_restore_columns} FROM {dead} WHERE id = :id
+
+-- name: dead_requeue
+INSERT INTO {outbox} ({raw_data_columns}) SELECT {raw_data_columns} FROM {dead} WHERE id = :id
+
+-- name: dead_delete
+DELETE FROM {dead} WHERE id = :id
 
 -- name: current_database
 -- The file behind the connection ('' for an in-memory database).

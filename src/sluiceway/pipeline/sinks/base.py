@@ -2,8 +2,8 @@
 
 ``token`` identifies exactly this slice of exactly this batch of this checkpoint's life; a
 writer that can store it atomically with the data (journal register, Postgres progress row,
-file name) uses it to make a replayed write a no-op. Writers are created lazily where the batch
-runs (the driver, or the Spark Connect server) and never pickled.
+file name) uses it to make a replayed write a no-op. Writers are created where a part of the batch is
+written (a Spark task on an executor; the driver for ``step``) and never pickled.
 """
 
 from __future__ import annotations
@@ -19,8 +19,11 @@ class SinkWriter(Protocol):
     def close(self) -> None: ...
 
 
-def make_writer(spec: Any, *, sink_name: str) -> SinkWriter:
-    """The writer for a sink spec (``sink_name`` names the register/progress row it keeps)."""
+def make_writer(spec: Any, *, sink_name: str, staged: bool = False) -> SinkWriter:
+    """The writer for a sink spec (``sink_name`` names the register/progress row it keeps).
+
+    ``staged``: file sinks write into ``<path>/.staging`` and list what they wrote in ``staged``,
+    for the driver to put in place (see :mod:`~sluiceway.pipeline.sinks.distributed`)."""
     kind = spec.type
     if kind == "journal":
         from sluiceway.pipeline.sinks.journal import JournalSink
@@ -37,7 +40,7 @@ def make_writer(spec: Any, *, sink_name: str) -> SinkWriter:
     if kind in ("parquet", "json", "csv"):
         from sluiceway.pipeline.sinks.files import FileSink
 
-        return FileSink(spec.path, kind)
+        return FileSink(spec.path, kind, staged=staged)
     if kind == "console":
         from sluiceway.pipeline.sinks.console import ConsoleSink
 

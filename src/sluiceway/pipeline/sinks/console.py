@@ -31,11 +31,15 @@ class ConsoleSink:
         self.limit = limit
 
     def write(self, table: pa.Table, token: str) -> None:
-        rows = table.slice(0, self.limit).to_pylist()
-        out = [f"--- {self.name}: {table.num_rows} record(s)"]
+        self.show(table, table.num_rows)
+
+    def show(self, head: pa.Table, total: int) -> None:
+        """Print the first rows of a batch of ``total`` records (the rest are counted)."""
+        rows = head.slice(0, self.limit).to_pylist()
+        out = [f"--- {self.name}: {total} record(s)"]
         out.extend(render(r) for r in rows)
-        if table.num_rows > len(rows):
-            out.append(f"… {table.num_rows - len(rows)} more")
+        if total > len(rows):
+            out.append(f"… {total - len(rows)} more")
         sys.stdout.write("\n".join(out) + "\n")
         sys.stdout.flush()
 

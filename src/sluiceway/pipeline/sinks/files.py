@@ -2,9 +2,10 @@
 
 A write goes to a temporary name and is renamed into place, so readers never see half a file,
 and a replayed write produces the same name and replaces it: idempotent per batch. Written with
-pyarrow where the batch runs (the driver or the Spark Connect server), so the path is local to
-it. JSON/CSV: ``value`` is text when it is UTF-8 (else base64 in ``value_base64``), headers are
-a JSON object list, timestamps ISO-8601.
+pyarrow by the Spark tasks into ``<path>/.staging``, then put in place by the driver in batch
+order; on a cluster ``path`` must be on a file system every node sees. JSON/CSV: ``value`` is
+text when it is UTF-8 (else base64 in ``value_base64``), headers are a JSON object list,
+timestamps ISO-8601.
 """
 
 from __future__ import annotations
@@ -35,15 +36,20 @@ def _text_row(row: dict[str, Any]) -> dict[str, Any]:
 
 
 class FileSink:
-    def __init__(self, path: str, fmt: str) -> None:
+    def __init__(self, path: str, fmt: str, *, staged: bool = False) -> None:
         self.path = path
         self.fmt = fmt
+        #: Staged: files go to ``<path>/.staging`` and are listed here, for the driver to put in
+        #: place in order (a task on an executor); otherwise straight into ``path``.
+        self.staged: list[str] | None = [] if staged else None
 
     def write(self, table: pa.Table, token: str) -> None:
-        os.makedirs(self.path, exist_ok=True)
+        where = self.path if self.staged is None else os.path.join(self.path, ".staging")
+        os.makedirs(where, exist_ok=True)
         ext = {"parquet": "parquet", "json": "jsonl", "csv": "csv"}[self.fmt]
-        final = os.path.join(self.path, f"part-{token}.{ext}")
-        tmp = os.path.join(self.path, f".part-{token}.{ext}.tmp")
+        name = f"part-{token}.{ext}"
+        final = os.path.join(where, name)
+        tmp = os.path.join(where, f".{name}.tmp")
         if self.fmt == "parquet":
             import pyarrow.parquet as pq
 
@@ -65,6 +71,8 @@ class FileSink:
                             {k: json.dumps(v) if isinstance(v, list | dict) else v for k, v in r.items()}
                         )
         os.replace(tmp, final)
+        if self.staged is not None:
+            self.staged.append(name)
 
     def close(self) -> None:
         pass

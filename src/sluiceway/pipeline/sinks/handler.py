@@ -1,30 +1,52 @@
-"""The ``foreachBatch`` function of a sink's query: order, resume, skip, step, retry, dead letters.
+"""The ``foreachBatch`` function of a sink's query: the batch written from the executors, the
+sink's state kept on the driver.
 
-For each micro-batch: collect it as Arrow, sort it by offset (a stable sort: records a transform
-fanned out keep their place, and a key's records stay in order), resume after the records a
-previous attempt of the same batch already wrote, leave out records an operator skipped, then
-:func:`~sluiceway.pipeline.failures.deliver` the rest. The sink's state file records the
-outcome; a failure raises :class:`SinkFailed`, which stops this sink's query only — every sink
-has its own query and checkpoint.
+For each micro-batch the Spark tasks write their parts of it
+(:mod:`~sluiceway.pipeline.sinks.distributed`: the batch split by key for ordered sinks, the
+source's own parts for files; the per-part rules — resume, skip, retry, one record at a time,
+dead letters — in :mod:`~sluiceway.pipeline.sinks.part`), and each returns one small row. The
+driver records the outcome in the sink's state file and, if a part stopped on a record it could
+not write, raises :class:`SinkFailed`, which stops this sink's query only — every sink has its
+own query and checkpoint. Only those rows reach the driver: its memory does not grow with the
+batch. One exception, small by construction: the ``console`` sink shows a batch's first rows there.
+``step`` lets each part that has records left write one of them.
 
-The handler is a small picklable object (specs and paths); writers are opened lazily where the
-batch runs and are never pickled, so it works unchanged under Spark Connect.
+The handler is a small picklable object (specs and paths), so it works unchanged under Spark
+Connect.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from sluiceway.pipeline.errors import PipelineError, SinkFailed, StepPaused
-from sluiceway.pipeline.failures import Outcome, RetryPolicy, deliver, progress_at, resume_position
+from sluiceway.pipeline.failures import Outcome, RetryPolicy
 from sluiceway.pipeline.sinks.base import SinkWriter, make_writer
-from sluiceway.pipeline.state import StateStore
+from sluiceway.pipeline.sinks.distributed import (
+    RESULT_DDL,
+    TaskPlan,
+    commit_files,
+    default_parallelism,
+    prepare,
+    results_of,
+)
+from sluiceway.pipeline.sinks.part import PartResult, write_part
+from sluiceway.pipeline.state import SinkState, StateStore
 
 log = logging.getLogger("sluiceway.pipeline.sink")
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    """What a batch did, for metrics: records written, and of the rest, dead-lettered."""
+
+    records: int
+    dead_lettered: int
 
 
 class Stopping(PipelineError):
@@ -37,26 +59,6 @@ class Stopping(PipelineError):
 def policy_of(spec: Any) -> RetryPolicy:
     r = spec.retry
     return RetryPolicy(r.attempts, r.backoff, r.max_backoff, r.record_attempts)
-
-
-def sort_by_offset(table: pa.Table) -> pa.Table:
-    if "offset" not in table.column_names or table.num_rows < 2:
-        return table
-    return table.sort_by([("offset", "ascending")])
-
-
-def dead_letter_rows(table: pa.Table, *, sink: str, error: str) -> pa.Table:
-    """The failing record with headers saying where and why it failed."""
-    rows = table.to_pylist()
-    for row in rows:
-        headers = list(row.get("headers") or [])
-        headers += [
-            {"key": "sluice.sink", "value": sink},
-            {"key": "sluice.offset", "value": str(row.get("offset"))},
-            {"key": "sluice.error", "value": error[:1000]},
-        ]
-        row["headers"] = headers
-    return pa.Table.from_pylist(rows, schema=table.schema)
 
 
 class BatchHandler:
@@ -96,10 +98,74 @@ class BatchHandler:
             self._dead = make_writer(self.sink.dead_letter, sink_name=f"{self.pipeline}.{self.name}.dead")
         return self._dead
 
-    def __call__(self, df: Any, batch_id: int) -> None:
+    def __call__(self, df: Any, batch_id: int) -> BatchSummary:
         if self.stopping is not None and self.stopping.is_set():
             raise Stopping(self.name)
-        self.handle(df.toArrow(), batch_id)
+        if self.sink.type == "console":
+            return self.show(df)
+        store = StateStore(self.checkpoint_dir)
+        with store.update() as state:
+            pass  # a first batch persists the run id its tokens are made of
+        if state.batch == batch_id and state.done:
+            log.info("sink %s: batch %d was already written; skipping its replay", self.name, batch_id)
+            return BatchSummary(0, 0)
+        results = self.write_batch(df, batch_id, state)
+        dead = sum(r.dead for r in results)
+        return BatchSummary(sum(r.written for r in results) - dead, dead)
+
+    def show(self, df: Any) -> BatchSummary:
+        """The console sink: the batch's first rows and its size (all the driver needs of it)."""
+        from sluiceway.pipeline.sinks.console import ConsoleSink
+
+        writer = self.writer
+        assert isinstance(writer, ConsoleSink)
+        total = df.count()
+        writer.show(df.limit(writer.limit).toArrow(), total)
+        return BatchSummary(total, 0)
+
+    def write_batch(self, df: Any, batch_id: int, state: SinkState) -> list[PartResult]:
+        """Write the batch from the executors (see the module docstring); record how it went."""
+        replay = state.batch == batch_id
+        resume: dict[int, tuple[int | None, int]] = (
+            {int(p): (v[0], int(v[1])) for p, v in state.parts.items()} if replay else {}
+        )
+        skip = frozenset(state.skip)
+        plan = TaskPlan(self.pipeline, self.sink, state.run, batch_id, self.policy, resume, skip, state.step)
+        parallelism = self.sink.parallelism or default_parallelism(df, self.sink.type)
+        results = results_of(prepare(df, self.sink.type, parallelism).mapInArrow(plan, RESULT_DDL).collect())
+        if self.sink.type in ("parquet", "json", "csv"):
+            commit_files(self.sink.path, results)
+        failed = [r for r in results if not r.ok]
+        paused = any(r.paused for r in results)
+        with StateStore(self.checkpoint_dir).update() as st:
+            st.batch, st.done = batch_id, not failed and not paused
+            st.records += sum(r.written - r.dead for r in results)
+            st.dead_lettered += sum(r.dead for r in results)
+            written = [r.last_offset for r in results if r.last_offset is not None]
+            if written:
+                st.last_offset = max(written)
+            st.last, st.rank = None, 0
+            st.parts = {} if st.done else {str(r.part): [r.last, r.rank] for r in results}
+            st.writers = [{"part": r.part, "pid": r.pid, "jvm": r.jvm, "records": r.written} for r in results]
+            if st.step is not None:
+                st.step = max(0, st.step - sum(r.written for r in results))
+            if failed:
+                first = min(failed, key=lambda r: (r.failed_offset is None, r.failed_offset))
+                st.failed(first.failed_offset, _stopped(first, len(failed)), batch_id)
+            else:
+                st.error = None
+        if failed:
+            first = min(failed, key=lambda r: (r.failed_offset is None, r.failed_offset))
+            raise SinkFailed(
+                self.name,
+                first.failed_offset,
+                _stopped(first, len(failed)),
+                batch_id=batch_id,
+                last_good=first.last_good,
+            )
+        if paused:
+            raise StepPaused(self.name)
+        return results
 
     def close(self) -> None:
         for w in (self._writer, self._dead):
@@ -110,84 +176,65 @@ class BatchHandler:
                     log.warning("sink %s: close failed: %s", self.name, exc)
         self._writer = self._dead = None
 
-    # -- the batch -------------------------------------------------------------------------------
+    # -- a batch on the driver (step) ------------------------------------------------------------
     def handle(self, table: pa.Table, batch_id: int, *, sleep: Any = None) -> Outcome:
+        """Write a whole batch here, on the driver: ``step`` (and unit tests without Spark)."""
         store = StateStore(self.checkpoint_dir)
         with store.update() as state:
             pass  # a first batch persists the run id its tokens are made of
         if state.batch == batch_id and state.done:
             log.info("sink %s: batch %d was already written; skipping its replay", self.name, batch_id)
             return Outcome(0)
-        table = sort_by_offset(table)
-        n = table.num_rows
-        offsets: list[int] = (
-            table.column("offset").to_pylist() if "offset" in table.column_names else list(range(n))
-        )
-        start = resume_position(offsets, state.last, state.rank) if state.batch == batch_id else 0
-        skip = set(state.skip)
-        todo = [i for i in range(start, n) if offsets[i] not in skip]
-        paused = False
-        if state.step is not None:
-            if state.step <= 0 and todo:
-                raise StepPaused(self.name)
-            if len(todo) > state.step:
-                todo, paused = todo[: state.step], True
-        run = state.run
+        if state.step is not None and state.step <= 0 and table.num_rows:
+            raise StepPaused(self.name)
 
-        def write(lo: int, hi: int) -> None:
-            idx = todo[lo:hi]
-            part = table.slice(idx[0], len(idx)) if idx[-1] - idx[0] == len(idx) - 1 else table.take(idx)
-            self.writer.write(part, f"{run}-{batch_id:010d}-{idx[0]:08d}-{len(idx)}")
-
-        def progress(written: int) -> None:
-            last, rank = progress_at(offsets, todo[written - 1] + 1)
+        def progress(last: int | None, rank: int) -> None:
             with store.update() as st:
                 st.batch, st.done, st.last, st.rank = batch_id, False, last, rank
 
-        dead_writer = self.dead_writer
-
-        def dead(pos: int, error: str) -> None:
-            assert dead_writer is not None
-            i = todo[pos]
-            rows = dead_letter_rows(table.slice(i, 1), sink=self.name, error=error)
-            dead_writer.write(rows, f"{run}-{batch_id:010d}-{i:08d}-dead")
-            log.warning(
-                "sink %s: record at offset %s sent to the dead-letter sink: %s", self.name, offsets[i], error
-            )
-
-        kwargs: dict[str, Any] = {"progress": progress, "what": f"sink {self.name}"}
-        if dead_writer is not None:
-            kwargs["dead_letter"] = dead
-        if sleep is not None:
-            kwargs["sleep"] = sleep
-        outcome = deliver(len(todo), write, self.policy, **kwargs)
-
+        result = write_part(
+            table,
+            part=None,
+            sink=self.name,
+            writer=self.writer,
+            dead_writer=self.dead_writer,
+            policy=self.policy,
+            run=state.run,
+            batch=batch_id,
+            resume=(state.last, state.rank) if state.batch == batch_id else None,
+            skip=frozenset(state.skip),
+            step=state.step,
+            progress=progress,
+            sleep=sleep,
+        )
         with store.update() as st:
             st.batch = batch_id
-            st.records += outcome.written - len(outcome.dead)
-            st.dead_lettered += len(outcome.dead)
-            if outcome.written:
-                st.last_offset = offsets[todo[outcome.written - 1]]
-            if outcome.ok:
-                end = todo[-1] + 1 if (paused and todo) else n
-                st.last, st.rank = progress_at(offsets, end)
-                st.done = not paused
+            st.records += result.written - result.dead
+            st.dead_lettered += result.dead
+            if result.last_offset is not None:
+                st.last_offset = result.last_offset
+            st.last, st.rank, st.parts = result.last, result.rank, {}
+            if result.ok:
+                st.done = not result.paused
                 st.error = None
                 if st.step is not None:
-                    st.step = max(0, st.step - len(todo))
+                    st.step = max(0, st.step - result.todo)
             else:
-                assert outcome.failed_at is not None
-                failed = todo[outcome.failed_at]
-                st.last, st.rank = progress_at(offsets, failed)
                 st.done = False
-                st.failed(offsets[failed], outcome.error or "failed", batch_id)
-        if not outcome.ok:
-            assert outcome.failed_at is not None
-            failed = todo[outcome.failed_at]
-            last_good = offsets[failed - 1] if failed > 0 else None
+                st.failed(result.failed_offset, result.error or "failed", batch_id)
+        if not result.ok:
             raise SinkFailed(
-                self.name, offsets[failed], outcome.error or "failed", batch_id=batch_id, last_good=last_good
+                self.name,
+                result.failed_offset,
+                result.error or "failed",
+                batch_id=batch_id,
+                last_good=result.last_good,
             )
-        if paused:
+        if result.paused:
             raise StepPaused(self.name)
-        return outcome
+        return Outcome(result.written, failed_at=None)
+
+
+def _stopped(first: PartResult, parts: int) -> str:
+    more = f" (and {parts - 1} more part(s) stopped)" if parts > 1 else ""
+    return (first.error or "failed") + more

@@ -1,0 +1,262 @@
+"""``sluice status`` and ``sluice ui``: one view of every outbox, journal, pipeline and feed that a
+workspace file (``sluice.yaml``) names."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+
+from sluiceway.cli.common import console, err_console, fail, friendly_errors
+from sluiceway.metrics import parse_metrics_addr
+from sluiceway.overview import Workspace, collect, unhealthy
+
+CONFIG = typer.Option(Path("sluice.yaml"), "--config", "-c", help="The workspace file: what to watch.")
+_HEALTH_STYLE = {"ok": "green", "stuck": "bold yellow", "unavailable": "bold red"}
+
+
+def register(app: typer.Typer) -> None:
+    app.command("status")(status)
+    app.command("ui")(ui)
+
+
+def _workspace(path: Path) -> Workspace:
+    if not path.exists():
+        raise fail(f"no workspace file at {path} (write one, or give --config; see docs/operations.md)")
+    return Workspace.from_file(path)
+
+
+def _age(seconds: Any) -> str:
+    if seconds is None:
+        return "-"
+    value = float(seconds)
+    return (
+        f"{value:.1f}s" if value < 120 else f"{value / 60:.1f}m" if value < 7200 else f"{value / 3600:.1f}h"
+    )
+
+
+def _n(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _health(entry: dict[str, Any]) -> str:
+    style = _HEALTH_STYLE.get(entry["health"], "")
+    return f"[{style}]{entry['health']}[/]"
+
+
+def _tables(report: dict[str, Any]) -> Group:
+    out: list[Table] = []
+    if report["outboxes"]:
+        t = Table(title="outboxes", title_justify="left")
+        for col in ("name", "health", "rows", "oldest row", "in flight", "dead letters", "leader", "term"):
+            t.add_column(col)
+        for e in report["outboxes"]:
+            leader = e["leader"] or {}
+            t.add_row(
+                e["name"], _health(e), _n(e["rows"]), _age(e["oldest_age_seconds"]), _n(e["in_flight"]),
+                _n(e["dead_letters"]), str(leader.get("holder") or "-"), _age(leader.get("term_seconds")),
+            )  # fmt: skip
+        out.append(t)
+    if report["journals"]:
+        t = Table(title="journals", title_justify="left")
+        for col in ("name", "health", "head", "segments", "bytes", "consumers (lag)"):
+            t.add_column(col)
+        for e in report["journals"]:
+            consumers = ", ".join(f"{c['name']} ({c['lag']})" for c in e["consumers"] or [])
+            t.add_row(
+                e["name"], _health(e), _n(e["head"]), _n(e["segments"]), _n(e["bytes"]), consumers or "-"
+            )
+        out.append(t)
+    if report["pipelines"]:
+        t = Table(title="pipelines", title_justify="left")
+        for col in (
+            "pipeline",
+            "health",
+            "sink",
+            "state",
+            "committed offset",
+            "lag",
+            "records",
+            "last error",
+        ):
+            t.add_column(col)
+        for e in report["pipelines"]:
+            for i, s in enumerate(e["sinks"] or [None]):
+                head = (e["name"], _health(e)) if i == 0 else ("", "")
+                if s is None:
+                    t.add_row(*head, "-", "-", "-", "-", "-", "")
+                    continue
+                err = s["error"] or {}
+                at = f"@{err['offset']} " if err.get("offset") is not None else ""
+                message = (at + str(err.get("message", "")).splitlines()[0])[:60] if err else ""
+                position = (
+                    json.dumps(s["committed_offset"])
+                    if isinstance(s["committed_offset"], dict)
+                    else s["committed_offset"]
+                )
+                t.add_row(*head, s["name"], s["state"], _n(position), _n(s["lag"]), _n(s["records"]), message)
+        out.append(t)
+    if report["feeds"]:
+        t = Table(title="feeds", title_justify="left")
+        for col in ("name", "health", "partitions", "items (status@gate)", "ready", "live leases", "expired"):
+            t.add_column(col)
+        for e in report["feeds"]:
+            parts = ", ".join(f"{p['count']} {p['status']}@{p['gate']}" for p in e["partitions"] or [])
+            items = ", ".join(f"{i['count']} {i['status']}@{i['gate']}" for i in e["items"] or [])
+            t.add_row(
+                e["name"], _health(e), parts or "-", items or "-", _n(e["ready_items"]), _n(e["live_leases"]),
+                _n(e["expired_leases"]),
+            )  # fmt: skip
+        out.append(t)
+    problems = unhealthy(report)
+    footer = Table.grid()
+    footer.add_row("[green]nothing stuck[/]" if not problems else "[bold yellow]problems:[/]")
+    for p in problems:
+        footer.add_row(f"  - {p}")
+    return Group(*out, footer)
+
+
+@friendly_errors
+def status(
+    config: Path = CONFIG,
+    fmt: str = typer.Option(
+        "table", "--format", help="table or json (one object; with --watch, one per line)."
+    ),
+    watch: bool = typer.Option(False, "--watch", "-w", help="Refresh until Ctrl-C."),
+    interval: float = typer.Option(
+        2.0, "--interval", min=0.2, help="Seconds between refreshes with --watch."
+    ),
+    check: bool = typer.Option(
+        False, "--check", help="Exit 1 when something is stuck or unavailable (the workspace's checks:)."
+    ),
+) -> None:
+    """Is anything stuck, where, since when: every outbox, journal, pipeline and feed of a workspace.
+
+    Exits 0; with --check, 1 when a threshold is crossed (oldest outbox row, pipeline lag, expired
+    feed leases…), a sink has failed, or something cannot be read.
+
+    Examples:
+
+      sluice status
+
+      sluice status --config ops/sluice.yaml --format json
+
+      sluice status --watch
+
+      sluice status --check || page-the-operator
+    """
+    if fmt not in ("table", "json"):
+        raise fail(f"--format must be table or json, got {fmt!r}")
+    workspace = _workspace(config)
+    report = collect(workspace)
+    if not watch:
+        if fmt == "json":
+            typer.echo(json.dumps(report, default=str))
+        else:
+            console.print(_tables(report))
+    else:
+        try:
+            if fmt == "json":
+                while True:
+                    typer.echo(json.dumps(report, default=str))
+                    time.sleep(interval)
+                    report = collect(workspace)
+            with Live(_tables(report), console=console, auto_refresh=False) as live:
+                while True:
+                    time.sleep(interval)
+                    report = collect(workspace)
+                    live.update(_tables(report), refresh=True)
+        except KeyboardInterrupt:
+            pass
+    if check and unhealthy(report):
+        for problem in unhealthy(report):
+            err_console.print(f"[bold yellow]stuck:[/] {problem}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only listens on this machine (a name other than ``localhost`` is not)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@friendly_errors
+def ui(
+    config: Path = CONFIG,
+    addr: str = typer.Option(
+        "127.0.0.1:8080", "--addr", help="HOST:PORT to listen on (loopback by default)."
+    ),
+    allow_actions: bool = typer.Option(
+        False,
+        "--allow-actions",
+        help="Offer the operator actions (retry, resolve, skip, step) to holders of the token.",
+    ),
+    token: str = typer.Option(
+        None, "--token", envvar="SLUICE_UI_TOKEN", help="The token (default: a new one, printed at start-up)."
+    ),
+    refresh: float = typer.Option(5.0, "--refresh", min=0, help="Seconds between page refreshes (0: off)."),
+) -> None:
+    """Serve a web console over the workspace: an overview, and a page per outbox, journal, pipeline, feed.
+
+    Read-only unless --allow-actions; actions then need the token printed at start-up (open the
+    link it prints). Listens on loopback unless told otherwise; another address needs --token,
+    and then every page needs it too.
+
+    Examples:
+
+      sluice ui
+
+      sluice ui --config ops/sluice.yaml --addr 127.0.0.1:9000 --allow-actions
+
+      SLUICE_UI_TOKEN=… sluice ui --addr 0.0.0.0:8080
+    """
+    try:
+        import uvicorn
+
+        from sluiceway.ui import Console, create_app
+    except ImportError as exc:
+        raise fail(
+            f"sluice ui needs the ui extra ({exc.name} is missing): pip install 'sluiceway[ui]'"
+        ) from None
+    workspace = _workspace(config)
+    host, port = parse_metrics_addr(addr, option="addr")
+    local = is_loopback(host)
+    if not local and not token:
+        raise fail(
+            f"{host} is not a loopback address: give a --token (or SLUICE_UI_TOKEN) so that only its holders "
+            "can see the console"
+        )
+    generated = allow_actions and not token
+    if generated:
+        token = secrets.token_urlsafe(24)
+    app = create_app(
+        Console(
+            workspace,
+            allow_actions=allow_actions,
+            token=token,
+            token_for_reads=not local,
+            refresh_seconds=refresh,
+        )
+    )
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}/"
+    mode = "actions on" if allow_actions else "read-only"
+    typer.echo(f"sluice ui on {url} ({mode}; workspace {config})")
+    if generated:
+        typer.echo(f"token: {token}")
+        typer.echo(f"open: {url}?token={token}")
+    elif token:
+        typer.echo(f"token: the one given (--token or SLUICE_UI_TOKEN); open {url}?token=…")
+    uvicorn.run(app, host=host, port=port, log_level="warning")

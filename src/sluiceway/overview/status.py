@@ -1,0 +1,211 @@
+"""One view of every part: the figures of ``sluice status`` (and of ``sluice ui``'s ``/api/status``).
+
+:func:`collect` reads each watched thing the way its own command does — ``outbox stats``,
+``journal info``, ``pipeline status`` (checkpoints and state files, no Spark), ``feed status`` —
+and returns one JSON-ready object with the keys ``outboxes``, ``journals``, ``pipelines`` and
+``feeds``. Each entry has a ``name``, a ``health`` (``ok``, ``stuck`` or ``unavailable``), the
+``problems`` behind it (:mod:`sluiceway.overview.checks`) and an ``error`` when it could not be
+read; the other fields are then ``null``, so the shape never changes. The fields are a public
+interface, documented in docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sluiceway.db import Database, Dialect, parse_dsn
+from sluiceway.feed import Feed, FeedStatus, Status
+from sluiceway.journal import Journal
+from sluiceway.overview.checks import evaluate
+from sluiceway.overview.outbox import outbox_status
+from sluiceway.overview.workspace import FeedWatch, JournalWatch, OutboxWatch, Workspace
+
+log = logging.getLogger("sluiceway.overview")
+
+KINDS = ("outboxes", "journals", "pipelines", "feeds")
+
+_OUTBOX_FIELDS = ("table", "rows", "oldest_age_seconds", "in_flight", "dead_letters", "leader")
+_JOURNAL_FIELDS = ("path", "head", "start", "segments", "bytes", "consumers")
+_PIPELINE_FIELDS = ("spec", "source", "sinks", "cdc")
+_FEED_FIELDS = (
+    "prefix",
+    "partitions",
+    "items",
+    "items_by_status",
+    "ready_items",
+    "oldest_available_age_seconds",
+    "workers",
+    "live_leases",
+    "expired_leases",
+)
+
+
+def _entry(
+    name: str, fields: tuple[str, ...], read: Callable[[], dict[str, Any]], **known: Any
+) -> dict[str, Any]:
+    """An entry with every field (``known`` ones from the workspace, the rest ``null``), filled by
+    ``read`` — or with ``error`` saying why it could not be read."""
+    entry: dict[str, Any] = {"name": name, "health": "ok", "problems": [], "error": None}
+    entry.update(dict.fromkeys(fields))
+    entry.update(known)
+    try:
+        entry.update(read())
+    except Exception as exc:  # one unreachable database must not hide the rest of the view
+        log.debug("status of %s: %s", name, exc, exc_info=True)
+        entry["error"] = " ".join(str(exc).split()) or type(exc).__name__
+    return entry
+
+
+def _database(dsn: str) -> Database:
+    """A connection for reading; a missing SQLite file is an error, not a new empty database."""
+    source = parse_dsn(dsn)
+    if source.dialect is Dialect.SQLITE and source.target != ":memory:" and not Path(source.target).exists():
+        raise FileNotFoundError(f"no SQLite database at {source.target}")
+    return Database(source)
+
+
+def outbox_entry(watch: OutboxWatch) -> dict[str, Any]:
+    def read() -> dict[str, Any]:
+        with _database(watch.dsn) as db:
+            return outbox_status(db, watch)
+
+    dsn = parse_dsn(watch.dsn).redacted()
+    return _entry(watch.name, ("dsn", *_OUTBOX_FIELDS), read, dsn=dsn, table=watch.table)
+
+
+def journal_entry(watch: JournalWatch) -> dict[str, Any]:
+    def read() -> dict[str, Any]:
+        with Journal.open(watch.path, read_only=True) as journal:
+            head = journal.head
+            segments = journal.segments()
+            consumers = journal.consumers()
+        return {
+            "path": watch.path,
+            "head": head,
+            "start": segments[0].base if segments else 0,
+            "segments": len(segments),
+            "bytes": sum(s.size for s in segments),
+            "consumers": [
+                {"name": name, "offset": offset, "lag": max(0, head - offset)}
+                for name, offset in sorted(consumers.items())
+            ],
+        }
+
+    return _entry(watch.name, _JOURNAL_FIELDS, read, path=watch.path)
+
+
+def pipeline_entry(spec_path: str) -> dict[str, Any]:
+    from sluiceway.pipeline import PipelineSpec
+    from sluiceway.pipeline.operator import source_status, status
+
+    name = Path(spec_path).stem
+    try:
+        spec: PipelineSpec | None = PipelineSpec.from_yaml(spec_path)
+    except Exception:  # reported by read() below, under the file's name
+        spec = None
+    if spec is not None:
+        name = spec.name
+
+    def read() -> dict[str, Any]:
+        parsed = spec or PipelineSpec.from_yaml(spec_path)
+        sinks = [
+            {
+                "name": s.sink,
+                "state": s.state,
+                "committed_batch": s.committed_batch,
+                "committed_offset": s.position,
+                "last_offset": s.last_offset,
+                "lag": s.lag,
+                "records": s.records,
+                "dead_lettered": s.dead_lettered,
+                "error": s.error,
+                "skipped": s.skipped,
+            }
+            for s in status(parsed)
+        ]
+        return {"spec": spec_path, "source": parsed.source.type, "sinks": sinks, "cdc": source_status(parsed)}
+
+    return _entry(name, _PIPELINE_FIELDS, read, spec=spec_path, source=spec and spec.source.type)
+
+
+def feed_fields(prefix: str, s: FeedStatus) -> dict[str, Any]:
+    """A feed's status in the view's JSON shape."""
+    return {
+        "prefix": prefix,
+        "partitions": [{"status": st, "gate": g, "count": n} for st, g, n in s.partitions],
+        "items": [{"status": st, "gate": g, "count": n} for st, g, n in s.items_by_gate],
+        "items_by_status": {st.value: s.items.get(st.value, 0) for st in Status},
+        "ready_items": s.ready_items,
+        "oldest_available_age_seconds": s.oldest_available_age,
+        "workers": [
+            {
+                "owner": w.owner,
+                "partitions": w.partitions,
+                "live_leases": w.partitions - w.expired,
+                "expired_leases": w.expired,
+                "lease_until": None if w.latest_expiry is None else w.latest_expiry.isoformat(),
+            }
+            for w in s.workers
+        ],
+        "live_leases": sum(w.partitions - w.expired for w in s.workers),
+        "expired_leases": sum(w.expired for w in s.workers),
+    }
+
+
+def feed_entry(watch: FeedWatch) -> dict[str, Any]:
+    def read() -> dict[str, Any]:
+        with _database(watch.dsn) as db, Feed(db, prefix=watch.prefix, migrate=False) as feed:
+            return feed_fields(watch.prefix, feed.status())
+
+    return _entry(watch.name, _FEED_FIELDS, read, prefix=watch.prefix)
+
+
+def collect(workspace: Workspace) -> dict[str, Any]:
+    """Read everything the workspace watches; one object with the keys ``outboxes``,
+    ``journals``, ``pipelines``, ``feeds`` (and ``generated_at``), health judged by its checks.
+
+    >>> collect(Workspace())["journals"]
+    []
+    """
+    report: dict[str, Any] = {
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "outboxes": [outbox_entry(w) for w in workspace.outboxes],
+        "journals": [journal_entry(w) for w in workspace.journals],
+        "pipelines": [pipeline_entry(p) for p in workspace.pipelines],
+        "feeds": [feed_entry(w) for w in workspace.feeds],
+    }
+    evaluate(report, workspace.checks)
+    return report
+
+
+def pipeline_specs(workspace: Workspace) -> dict[str, str]:
+    """Pipeline name → spec file, for the specs that parse (a name is its spec's ``name``)."""
+    from sluiceway.pipeline import PipelineSpec
+
+    found = {}
+    for path in workspace.pipelines:
+        try:
+            found[PipelineSpec.from_yaml(path).name] = path
+        except Exception:  # an unreadable spec has no name to act on; the views show its error
+            continue
+    return found
+
+
+def collect_one(workspace: Workspace, kind: str, name: str) -> dict[str, Any] | None:
+    """The entry ``name`` of ``kind`` alone (read, checks applied), or None if the workspace has none."""
+    if kind == "pipelines":
+        spec = pipeline_specs(workspace).get(name)
+        chosen = Workspace(pipelines=[spec] if spec else [], checks=workspace.checks)
+    else:
+        entries = [w for w in getattr(workspace, kind) if w.name == name]
+        chosen = Workspace.model_validate({kind: entries, "checks": workspace.checks})
+    return find(collect(chosen), kind, name)
+
+
+def find(report: dict[str, Any], kind: str, name: str) -> dict[str, Any] | None:
+    """The entry ``name`` of ``kind`` (``outboxes`` …) in a report, or None."""
+    return next((e for e in report.get(kind, []) if e["name"] == name), None)

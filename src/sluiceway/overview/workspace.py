@@ -1,0 +1,126 @@
+"""The workspace file, ``sluice.yaml``: which outboxes, journals, pipelines and feeds to watch, and
+the thresholds past which one of them counts as stuck.
+
+Read at the edge like every configuration (YAML, ``${ENV}`` interpolation, validated, frozen);
+every section is optional. Relative paths (journal directories, pipeline specs, SQLite files) are
+relative to the directory ``sluice`` runs in, as everywhere else in sluiceway::
+
+    outboxes:  [{name: shop, dsn: "${PG}", table: outbox}]
+    journals:  [{name: bus, path: ./data/journal}]
+    pipelines: [./orders.yaml]
+    feeds:     [{name: work, dsn: "sqlite:///work.db"}]
+    checks:    {outbox_oldest_age: 5m, pipeline_lag: 10000, expired_leases: 0}
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import AfterValidator, Field, field_validator, model_validator
+
+from sluiceway.config import DataSourceString, Duration, StrictModel, TableName, load_file
+from sluiceway.election.lease import DEFAULT_LEASE_TABLE
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+#: The kinds of things a workspace watches, as its keys name them, and one of each.
+SINGULAR = {"outboxes": "outbox", "journals": "journal", "pipelines": "pipeline", "feeds": "feed"}
+
+#: The election name a harvester uses unless its reaper.yaml names one (``harvest.name``).
+DEFAULT_ELECTION = "sluiceway"
+
+
+def _name(value: str) -> str:
+    if not _NAME.match(value):
+        raise ValueError(
+            "use letters, digits, '_', '.' and '-' (at most 63), starting with a letter or digit"
+        )
+    return value
+
+
+Name = Annotated[str, AfterValidator(_name)]
+
+
+class OutboxWatch(StrictModel):
+    """An outbox table, and the database lease its harvesters elect their leader with."""
+
+    name: Name
+    dsn: DataSourceString
+    table: TableName = "outbox"
+    #: The harvesters' election name (their ``election.name``, else ``leaderGroupID``, else
+    #: ``harvest.name``); ``null`` when they elect through Kafka (NELI), which has no row to read.
+    election: str | None = DEFAULT_ELECTION
+    lease_table: TableName = DEFAULT_LEASE_TABLE
+
+
+class JournalWatch(StrictModel):
+    name: Name
+    path: str
+
+
+class FeedWatch(StrictModel):
+    name: Name
+    dsn: DataSourceString
+    prefix: str = "feed_"
+
+
+class Checks(StrictModel):
+    """Thresholds: past one, the thing is *stuck* and ``sluice status --check`` exits 1.
+    ``null`` turns a check off. A source that cannot be read and a failed sink always count."""
+
+    #: The oldest outbox row is older than this.
+    outbox_oldest_age: Duration | None = 300.0
+    #: A sink is more than this many records behind its source.
+    pipeline_lag: int | None = Field(10_000, ge=0)
+    #: A sink of a postgres-cdc pipeline is more than this many bytes of WAL behind the server.
+    cdc_lag_bytes: int | None = Field(1 << 30, ge=0)
+    #: More than this many feed partitions are held by leases that have run out.
+    expired_leases: int | None = Field(0, ge=0)
+    #: More than this many dead letters in an outbox (off unless set).
+    dead_letters: int | None = Field(None, ge=0)
+    #: A named journal consumer is more than this many records behind the head (off unless set).
+    journal_consumer_lag: int | None = Field(None, ge=0)
+
+
+class Workspace(StrictModel):
+    """What ``sluice status`` and ``sluice ui`` watch.
+
+    >>> from sluiceway.config import validate
+    >>> ws = validate(Workspace, {"journals": [{"name": "bus", "path": "./data/journal"}]})
+    >>> [j.name for j in ws.journals], ws.checks.expired_leases
+    (['bus'], 0)
+    """
+
+    outboxes: list[OutboxWatch] = Field(default_factory=list)
+    journals: list[JournalWatch] = Field(default_factory=list)
+    #: Pipeline spec files; each pipeline is named by its spec.
+    pipelines: list[str] = Field(default_factory=list)
+    feeds: list[FeedWatch] = Field(default_factory=list)
+    checks: Checks = Field(default_factory=Checks)
+
+    @field_validator("pipelines")
+    @classmethod
+    def _specs(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("a pipeline spec is listed twice")
+        return value
+
+    @model_validator(mode="after")
+    def _unique(self) -> Workspace:
+        for kind, entries in (
+            ("outboxes", self.outboxes),
+            ("journals", self.journals),
+            ("feeds", self.feeds),
+        ):
+            names = [e.name for e in entries]
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise ValueError(f"{kind}: the name {twice[0]!r} is used twice")
+        return self
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Workspace:
+        """Read and validate a workspace file (``validate(Workspace, data)`` for parsed data)."""
+        return load_file(cls, path)

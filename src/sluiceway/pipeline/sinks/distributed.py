@@ -1,0 +1,210 @@
+"""A micro-batch written from the executors: each Spark task writes its part, the driver keeps score.
+
+Why ``foreachBatch`` with ``mapInArrow`` rather than the Python ``DataSourceStreamWriter`` API:
+a sink needs the batch partitioned *by key and sorted by offset* before anything is written (a
+shuffle the writer API leaves to the caller), the batch id for its idempotency tokens, the
+operator's ``skip``/``step`` state, and the last word on failures — one clear error and the
+sink's progress recorded, not a task retried blindly by Spark. ``foreachBatch`` gives all of
+that and works unchanged under Spark Connect; ``mapInArrow`` runs the writes in the tasks and
+returns one small row per task (records written, progress, the failure) — the only thing that
+reaches the driver.
+
+How a batch is split:
+
+* **Ordered sinks** (journal, Kafka, Postgres, feed): ``repartition(n, key)`` then a sort by
+  offset (and the record's place in the batch, for records sharing an offset) inside each part.
+  Every key's records are in one task, in order; tasks write in parallel. The failure protocol
+  applies per part: a part stops at its bad record with every earlier record *of that part*
+  written and none after it — other parts (other keys) go on to their ends.
+* **File sinks** (parquet, json, csv) keep the source's parts (no shuffle: files are ordered by
+  name, not by when they were written). Tasks write to a staging directory; the driver then
+  renames the files into place in part order, up to the first failure, so the files of a batch
+  are always a prefix of it in offset order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from sluiceway.pipeline.failures import RetryPolicy
+from sluiceway.pipeline.sinks.base import make_writer
+from sluiceway.pipeline.sinks.part import PartResult, write_part
+
+#: Sinks whose order lives in file names: written from the source's own parts.
+FILE_SINKS = frozenset({"parquet", "json", "csv"})
+#: The column that keeps a record's place in its batch through the shuffle.
+SEQ = "_sluice_seq"
+
+RESULT_SCHEMA = pa.schema(
+    [
+        pa.field("part", pa.int32()),
+        pa.field("rows", pa.int64()),
+        pa.field("todo", pa.int64()),
+        pa.field("written", pa.int64()),
+        pa.field("dead", pa.int64()),
+        pa.field("last", pa.int64()),
+        pa.field("rank", pa.int64()),
+        pa.field("last_offset", pa.int64()),
+        pa.field("failed_offset", pa.int64()),
+        pa.field("last_good", pa.int64()),
+        pa.field("error", pa.string()),
+        pa.field("paused", pa.bool_()),
+        pa.field("staged", pa.list_(pa.string())),
+        pa.field("pid", pa.int32()),
+        pa.field("jvm", pa.string()),
+    ]
+)
+RESULT_DDL = (
+    "part INT, rows BIGINT, todo BIGINT, written BIGINT, dead BIGINT, last BIGINT, rank BIGINT, "
+    "last_offset BIGINT, failed_offset BIGINT, last_good BIGINT, error STRING, paused BOOLEAN, "
+    "staged ARRAY<STRING>, pid INT, jvm STRING"
+)
+
+
+def part_sink_name(pipeline: str, sink: str, part: int) -> str:
+    """The name a part's writer keeps its idempotency state under (journal register, Postgres row):
+    one per part, since parts of one batch are written side by side."""
+    return f"{pipeline}.{sink}#p{part}"
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """What every task of one batch needs: a small, picklable value (the ``mapInArrow`` function)."""
+
+    pipeline: str
+    sink: Any
+    run: str
+    batch: int
+    policy: RetryPolicy
+    #: Progress a previous attempt of this batch reached, per part.
+    resume: dict[int, tuple[int | None, int]]
+    skip: frozenset[int]
+    #: ``step``: records each part may write (``None``: all).
+    step: int | None = None
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        part = context.partitionId() if context is not None else 0
+        received = list(batches)
+        if not received or sum(b.num_rows for b in received) == 0:
+            yield result_batch(PartResult(part))
+            return
+        table = pa.Table.from_batches(received)
+        if SEQ in table.column_names:
+            table = table.drop_columns([SEQ])
+        result = self.write(part, table)
+        result.jvm = launching_jvm()
+        yield result_batch(result)
+
+    def write(self, part: int, table: pa.Table) -> PartResult:
+        staged = self.sink.type in FILE_SINKS
+        name = part_sink_name(self.pipeline, self.sink.name, part)
+        writer = make_writer(self.sink, sink_name=name, staged=staged)
+        dead = (
+            None
+            if self.sink.dead_letter is None
+            else make_writer(self.sink.dead_letter, sink_name=f"{name}.dead")
+        )
+        try:
+            return write_part(
+                table,
+                part=part,
+                sink=self.sink.name,
+                writer=writer,
+                dead_writer=dead,
+                policy=self.policy,
+                run=self.run,
+                batch=self.batch,
+                resume=self.resume.get(part),
+                skip=self.skip,
+                step=self.step,
+            )
+        finally:
+            for w in (writer, dead):
+                if w is not None:
+                    with contextlib.suppress(Exception):  # the data is already acknowledged
+                        w.close()
+
+
+def launching_jvm(pid: int | None = None) -> str:
+    """The main class of the JVM this Python worker descends from (Linux ``/proc``; ``""`` if unknown)."""
+    pid = os.getpid() if pid is None else pid
+    for _ in range(8):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                argv = [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
+            with open(f"/proc/{pid}/stat") as fh:
+                parent = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return ""
+        if argv and argv[0].endswith("java"):
+            mains = [a for a in argv if a.startswith("org.apache.spark.")]
+            return mains[-1].rsplit(".", 1)[-1] if mains else "java"
+        if parent <= 1:
+            return ""
+        pid = parent
+    return ""
+
+
+def result_batch(result: PartResult) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([asdict(result)], schema=RESULT_SCHEMA)
+
+
+def results_of(rows: Sequence[Any]) -> list[PartResult]:
+    """The tasks' result rows (Spark ``Row``s), as results in part order."""
+    out = [PartResult(**(r.asDict() if hasattr(r, "asDict") else dict(r))) for r in rows]
+    return sorted(out, key=lambda r: r.part)
+
+
+def prepare(df: Any, sink_type: str, parallelism: int) -> Any:
+    """The batch split as the sink needs it (see the module docstring)."""
+    if sink_type in FILE_SINKS:
+        return df
+    from pyspark.sql import functions as F
+
+    order = ["offset", SEQ] if "offset" in df.columns else [SEQ]
+    return (
+        df.withColumn(SEQ, F.monotonically_increasing_id())
+        .repartition(parallelism, df["key"] if "key" in df.columns else SEQ)
+        .sortWithinPartitions(*order)
+    )
+
+
+def default_parallelism(df: Any, sink_type: str) -> int:
+    """Tasks per batch for ordered sinks: the cluster's cores (Spark's default parallelism) — but
+    one for a journal, whose appends queue on its one writer anyway: one part keeps the source's
+    order exactly, not only per key."""
+    if sink_type == "journal":
+        return 1
+    try:
+        return max(1, int(df.sparkSession.sparkContext.defaultParallelism))
+    except Exception:  # Spark Connect has no SparkContext on the client
+        return 4
+
+
+def commit_files(path: str, results: Sequence[PartResult]) -> int:
+    """Put staged files in place in part order, up to and including the first failed part's
+    written prefix; the rest are removed (a replay writes them again). Returns files committed."""
+    staging = os.path.join(path, ".staging")
+    committed = 0
+    stopped = False
+    for result in results:
+        for name in result.staged:
+            source = os.path.join(staging, name)
+            if stopped:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(source)
+                continue
+            os.replace(source, os.path.join(path, name))
+            committed += 1
+        if not result.ok:
+            stopped = True
+    return committed

@@ -1,0 +1,91 @@
+"""The console's guard and its pipeline actions, over ASGI without a server or a browser:
+read-only by default, a token for every page beyond loopback, skip and step for a sink."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+
+from sluiceway.overview import Workspace
+from sluiceway.pipeline.state import StateStore
+from sluiceway.ui import Console, create_app
+from tests.support.overview import Built, build
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    root = tmp_path_factory.mktemp("api")
+    return build(root / "ws", f"sqlite:///{root / 'ws' / 'shop.db'}")
+
+
+class Web:
+    """A synchronous client of the app in this process, keeping cookies as a browser would."""
+
+    def __init__(self, app: Any) -> None:
+        self.transport = httpx.ASGITransport(app=app)
+        self.cookies = httpx.Cookies()
+
+    def request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        async def send() -> httpx.Response:
+            async with httpx.AsyncClient(
+                transport=self.transport, base_url="http://127.0.0.1:8080", cookies=self.cookies
+            ) as web:
+                response = await web.request(method, url, **kwargs)
+                self.cookies.update(web.cookies)
+                return response
+
+        return asyncio.run(send())
+
+    def get(self, url: str, **kwargs: Any) -> httpx.Response:
+        return self.request("GET", url, **kwargs)
+
+    def post(self, url: str, **kwargs: Any) -> httpx.Response:
+        return self.request("POST", url, **kwargs)
+
+
+def client(built: Built, **settings: Any) -> Web:
+    return Web(create_app(Console(Workspace.from_file(built.config), **settings)))
+
+
+def test_read_only_by_default(built: Built) -> None:
+    web = client(built)
+    assert web.get("/").status_code == 200
+    page = web.get("/outbox/shop").text
+    assert "retry" not in page, "no action is offered"
+    refused = web.post("/outbox/shop/dead/1/retry", headers={"Authorization": "Bearer anything"})
+    assert refused.status_code == 403 and "--allow-actions" in refused.text
+
+
+def test_beyond_loopback_every_page_needs_the_token(built: Built) -> None:
+    web = client(built, token="s3cret", token_for_reads=True)
+    assert web.get("/").status_code == 401
+    assert web.get("/api/status").status_code == 401
+    assert web.get("/api/status", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+    login = web.get("/?token=s3cret")
+    assert login.status_code == 303 and login.headers["location"] == "/"
+    assert (
+        "httponly" in login.headers["set-cookie"].lower()
+        and "samesite=strict" in login.headers["set-cookie"].lower()
+    )
+    assert web.get("/").status_code == 200, "the cookie carries the token from then on"
+    assert client(built, token="s3cret", token_for_reads=True).get("/?token=wrong").status_code == 401
+
+
+def test_skip_and_step_a_sink(built: Built) -> None:
+    launched: list[tuple[str, str]] = []
+    web = client(built, allow_actions=True, token="t", step=lambda spec, sink: launched.append((spec, sink)))
+    auth = {"Authorization": "Bearer t"}
+    assert web.post("/pipeline/orders/sinks/db/skip", data={"offset": "42"}).status_code == 403
+    done = web.post(
+        "/pipeline/orders/sinks/db/skip", data={"offset": "42"}, headers=auth, follow_redirects=False
+    )
+    assert done.status_code == 303 and "skip+offset+42" in done.headers["location"]
+    assert StateStore(built.spec.parent / "checkpoints" / "db").load().skip == [42]
+    stepped = web.post("/pipeline/orders/sinks/db/step", headers=auth)
+    assert stepped.status_code == 303 and launched == [(str(built.spec), "db")]
+    bad = web.post("/pipeline/orders/sinks/nope/skip", data={"offset": "1"}, headers=auth)
+    assert bad.status_code == 400 and "no sink named &#39;nope&#39;" in bad.text
+    assert web.post("/pipeline/elsewhere/sinks/db/step", headers=auth).status_code == 400
