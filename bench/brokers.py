@@ -228,6 +228,8 @@ def drain(dsn: str, place: Place, rows: int, mark: int, window: int) -> float:
                 "name": f"bench-{place.prefix}-{uuid.uuid4().hex[:6]}",
                 "dataSource": dsn,
                 "target": {**place.target(), "msgIdPrefix": "0123456789:"},
+                # The raw loop's messages carry no sluice-id/sluice-leader: the same sizes here.
+                "sequenceHeaders": False,
                 "limits": {
                     "markQueryRecords": mark,
                     "maxInFlightRecords": window,
