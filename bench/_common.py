@@ -41,3 +41,26 @@ def report(title: str, rows: list[tuple[str, str]], summary: dict[str, Any]) -> 
         table.add_row(name, value)
     Console().print(table)
     print(json.dumps(summary))
+
+
+def timed_drain(config: Any, rows: int, left: Any) -> float:
+    """Records/s of an embedded harvester with ``config`` draining ``rows`` rows: timed from
+    leadership until ``left()`` (rows still in the outbox) is 0."""
+    import threading
+    import time
+
+    from sluiceway.harvest import Harvest, LeaderAcquired
+    from sluiceway.testing import wait_until
+
+    acquired = threading.Event()
+    harvest = Harvest(config)
+    harvest.set_event_handler(lambda e: acquired.set() if isinstance(e, LeaderAcquired) else None)
+    harvest.start()
+    try:
+        wait_until(acquired.is_set, timeout=30)
+        start = time.perf_counter()
+        wait_until(lambda: left() == 0, timeout=900, interval=0.01)
+        elapsed = time.perf_counter() - start
+    finally:
+        harvest.stop()
+    return rows / elapsed

@@ -24,7 +24,7 @@ from pathlib import Path
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import report, scratch_postgres
+from _common import report, scratch_postgres, timed_drain
 from sluiceway.db import Database
 from sluiceway.harvest import Harvest, HarvestConfig, LeaderAcquired
 from sluiceway.harvest.ports import Delivery, Publisher
@@ -93,18 +93,7 @@ def outbox_rows(dsn: str) -> int:
 
 
 def drain(dsn: str, bootstrap: str, name: str, mark: int, rows: int, per_key: int = 1) -> float:
-    acquired = threading.Event()
-    harvest = Harvest(harvest_config(dsn, bootstrap, name, mark, per_key))
-    harvest.set_event_handler(lambda e: acquired.set() if isinstance(e, LeaderAcquired) else None)
-    harvest.start()
-    try:
-        wait_until(acquired.is_set, timeout=30)
-        start = time.perf_counter()
-        wait_until(lambda: outbox_rows(dsn) == 0, timeout=900, interval=0.01)
-        elapsed = time.perf_counter() - start
-    finally:
-        harvest.stop()
-    return rows / elapsed
+    return timed_drain(harvest_config(dsn, bootstrap, name, mark, per_key), rows, lambda: outbox_rows(dsn))
 
 
 class AckClock:

@@ -22,6 +22,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -234,3 +235,17 @@ def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
         yield session
     finally:
         session.stop()
+
+
+# --- NATS, RabbitMQ, Redis ------------------------------------------------------------------
+@pytest.fixture
+def place(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A private place on the broker named by the test's ``broker`` parameter (a JetStream stream, an
+    exchange with its queue, or a Redis stream prefix), removed afterwards."""
+    from tests.support.brokers import make_place
+
+    created = make_place(request.param if hasattr(request, "param") else request.getfixturevalue("broker"))
+    try:
+        yield created
+    finally:
+        created.cleanup()

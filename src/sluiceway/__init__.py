@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sluiceway.errors import (
+    BrokerError,
     ConfigError,
     ConflictError,
     DatabaseError,
@@ -52,6 +53,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "BrokerError",
     "ConfigError",
     "ConflictError",
     "DatabaseError",

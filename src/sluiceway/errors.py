@@ -100,3 +100,29 @@ class LeadershipError(SluicewayError):
 
 class InvariantViolation(SluicewayError):
     """A run-time invariant check failed: a bug, never an expected condition. Fail loudly."""
+
+
+class BrokerError(PublishError):
+    """A message broker (NATS, RabbitMQ, Redis) refused or failed an operation.
+
+    ``broker`` names the system (``nats``, ``rabbitmq``, ``redis``), ``action`` what was being done
+    (``connect``, ``publish``, ``read``…) and ``target`` the stream, exchange or subject involved.
+    ``retriable``: the connection or the broker was briefly unavailable, trying again may succeed.
+    ``permanent``: the broker can never accept this message (too large, no such stream): a
+    dead-letter candidate at once. Client-library errors are mapped to it once, in each adapter.
+    """
+
+    def __init__(
+        self,
+        broker: str,
+        action: str,
+        problem: str,
+        *,
+        target: str = "",
+        retriable: bool = False,
+        permanent: bool = False,
+    ) -> None:
+        self.broker, self.action, self.target, self.problem = broker, action, target, problem
+        self.retriable, self.permanent = retriable, permanent
+        where = f" {target!r}" if target else ""
+        super().__init__(f"{broker}: {action}{where} failed: {problem}")

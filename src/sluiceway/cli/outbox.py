@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 from rich.table import Table
 
@@ -54,17 +56,34 @@ def init(
 @app.command("stats")
 @friendly_errors
 def stats(
-    dsn: str = typer.Option(..., "--dsn", help=DSN_HELP),
+    dsn: str = typer.Option(None, "--dsn", help=DSN_HELP),
     table: str = typer.Option("outbox", "--table", help="Outbox table name."),
+    file: Path = typer.Option(
+        None, "-f", "--file", help="A reaper.yaml: its dataSource and outboxTable, and its destination shown."
+    ),
 ) -> None:
     """Print row count, oldest row age, rows marked (in flight) and dead letters.
 
+    With -f, the data source and table come from the harvester's configuration, and the
+    destination it publishes to (Kafka, journal, NATS, RabbitMQ, Redis) is shown too.
+
     Example: sluice outbox stats --dsn sqlite:///app.db
+    Example: sluice outbox stats -f reaper.yaml
     """
+    destination = None
+    if file is not None:
+        from sluiceway.harvest import HarvestConfig
+
+        harvest = HarvestConfig.from_file(file).harvest
+        dsn, table, destination = harvest.data_source, harvest.outbox_table, harvest.describe_destination()
+    if not dsn:
+        raise typer.BadParameter("give --dsn or -f reaper.yaml", param_hint="--dsn")
     with Database(dsn) as db:
         layout = discover(db, table)
         s = outbox_stats(db, layout)
     grid = Table(title=f"outbox {layout.table}", show_header=False)
+    if destination:
+        grid.add_row("destination", destination)
     grid.add_row("rows", str(s.rows))
     grid.add_row("oldest row age", "-" if s.oldest_age_seconds is None else f"{s.oldest_age_seconds:.3f}s")
     grid.add_row("rows marked", str(s.marked))

@@ -83,10 +83,11 @@ def reap(
     signal.signal(signal.SIGINT, on_signal)
     harvest.start()
     log.info(
-        "harvester %s started (outbox %s, election %s)",
+        "harvester %s started (outbox %s, election %s, publishing to %s)",
         config.harvest.name,
         config.harvest.outbox_table,
         config.harvest.election_kind,
+        config.harvest.describe_destination(),
     )
     try:
         while not done.is_set():

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from sluiceway.config.brokers import BrokerTarget
 from sluiceway.config.loader import load_file, validate
 from sluiceway.config.types import Duration, StrictModel, TableName
 from sluiceway.db.dsn import Dialect, parse_dsn
@@ -143,6 +144,8 @@ class Harvest(StrictModel):
     outbox_table: TableName = Field("outbox", alias="outboxTable")
     limits: Limits = Field(default_factory=Limits)
     journal: JournalTarget | None = None
+    #: A message broker instead of Kafka: ``{type: nats | rabbitmq | redis, …}`` (harvest/brokers.py).
+    target: BrokerTarget | None = None
     election: Election = Field(default_factory=Election)
     dead_letter: DeadLetter = Field(default_factory=DeadLetter, alias="deadLetter")
     metrics_addr: str | None = Field(None, alias="metricsAddr")
@@ -162,9 +165,12 @@ class Harvest(StrictModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Harvest:
-        if self.journal is None and not self.kafka_config.get("bootstrap.servers"):
+        if self.journal is not None and self.target is not None:
+            raise ValueError("two destinations: give either a journal: section or a target:, not both")
+        if self.journal is None and self.target is None and not self.kafka_config.get("bootstrap.servers"):
             raise ValueError(
-                "no destination: set baseKafkaConfig.bootstrap.servers (Kafka) or a journal: section"
+                "no destination: set baseKafkaConfig.bootstrap.servers (Kafka), "
+                "a journal: section or a target:"
             )
         if self.journal is not None and self.election_kind == "kafka":
             raise ValueError(
@@ -184,8 +190,8 @@ class Harvest(StrictModel):
                 "limits.perKeyInFlight > 1 needs sequenceHeaders: consumers de-duplicate re-sent "
                 "suffixes by sluice-id"
             )
-        if self.journal is not None:
-            return
+        if self.journal is not None or self.target is not None:
+            return  # the journal publisher and the broker Sender are gapless per key by design
         producer = {**self.kafka_config, **self.producer_kafka_config}
         for name, wanted in GAPLESS_PRODUCER.items():
             value = producer.get(name)
@@ -253,11 +259,27 @@ class Harvest(StrictModel):
     def election_kind(self) -> Literal["kafka", "database"]:
         if self.election.kind != "auto":
             return self.election.kind
-        return "database" if self.journal is not None else "kafka"
+        return "database" if self.journal is not None or self.target is not None else "kafka"
 
     @property
     def election_name(self) -> str:
         return self.election.name or self.group_id
+
+    @property
+    def destination(self) -> str:
+        """What the harvester publishes to: ``kafka``, ``journal``, ``nats``, ``rabbitmq`` or ``redis``."""
+        if self.target is not None:
+            return self.target.type
+        return "journal" if self.journal is not None else "kafka"
+
+    def describe_destination(self) -> str:
+        """The destination in one line for logs, events, metrics and ``sluice outbox stats``
+        (passwords masked): ``nats nats://host:4222 stream ORDERS``, ``journal ./journal``…"""
+        if self.target is not None:
+            return self.target.describe()
+        if self.journal is not None:
+            return f"journal {self.journal.path}"
+        return f"kafka {self.kafka_config.get('bootstrap.servers', '')}"
 
     @property
     def dialect(self) -> Dialect:

@@ -12,9 +12,11 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class LeaderAcquired(Event):
-    """This process became the leader; ``leader_id`` is fresh and never reused."""
+    """This process became the leader; ``leader_id`` is fresh and never reused. ``destination``
+    names where it publishes (``nats nats://127.0.0.1:4222 stream ORDERS``, ``kafka host:9092``…)."""
 
     leader_id: str
+    destination: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -195,7 +195,10 @@ class Harvest:
             return not self._stopping.is_set() and self.election.is_leader()
 
         try:
-            self.engine.run_term(should_run, on_start=lambda leader_id: self._emit(LeaderAcquired(leader_id)))
+            destination = self.config.harvest.describe_destination()
+            self.engine.run_term(
+                should_run, on_start=lambda leader_id: self._emit(LeaderAcquired(leader_id, destination))
+            )
         except PublisherFailedError as exc:
             # The client is spent (a fatal producer error): end this term; if we still lead, the
             # next one starts with a fresh client and re-marks every row this one left.
@@ -219,7 +222,7 @@ class Harvest:
         if h.metrics_addr:
             from sluiceway.harvest.metrics import HarvestMetrics
 
-            self._metrics = HarvestMetrics(h.name)
+            self._metrics = HarvestMetrics(h.name, destination=h.destination)
             host, port = self._metrics.serve(h.metrics_addr)
             log.info("metrics on http://%s:%d/metrics", host, port)
             user = self._handler
@@ -239,6 +242,8 @@ class Harvest:
 
     def _default_publisher_factory(self) -> Callable[[int], Publisher]:
         h = self.config.harvest
+        if h.target is not None:
+            return self._broker_publisher_factory()
         if h.journal is not None:
             target = h.journal
 
@@ -262,6 +267,16 @@ class Harvest:
         spares = SparePublishers(self._kafka_log().apply(h.producer_config))
         self._spares = spares
         return spares.take
+
+    def _broker_publisher_factory(self) -> Callable[[int], Publisher]:
+        """NATS, RabbitMQ or Redis: a fresh client per term that stops retrying once we lead no more."""
+        from sluiceway.harvest.brokers import BrokerPublisher, msg_id_prefix
+
+        h = self.config.harvest
+        target = h.target
+        assert target is not None
+        prefix = msg_id_prefix(target, h.data_source, h.outbox_table)
+        return lambda epoch: BrokerPublisher(target, prefix=prefix, may_send=self.election.is_leader)
 
     def _default_election(self) -> LeaderElection:
         h = self.config.harvest

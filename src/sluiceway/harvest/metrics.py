@@ -17,7 +17,7 @@ from sluiceway.metrics import MetricsEndpoint, serve_metrics
 class HarvestMetrics:
     """Turns harvester events into Prometheus series on a private registry."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, destination: str = "kafka") -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry()
@@ -54,6 +54,13 @@ class HarvestMetrics:
             ["harvest"],
             registry=self.registry,
         )
+        # Which kind of destination this harvester publishes to (kafka, journal, nats, rabbitmq, redis).
+        Gauge(
+            "sluice_harvest_destination",
+            "1 for the kind of destination the harvester publishes to",
+            ["harvest", "destination"],
+            registry=self.registry,
+        ).labels(name, destination).set(1)
         self._endpoint: MetricsEndpoint | None = None
 
     def observe(self, event: Event) -> None:

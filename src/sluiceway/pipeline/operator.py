@@ -110,6 +110,15 @@ def _lag(spec: PipelineSpec, committed: dict[str, Any] | None) -> tuple[Any, int
         if committed is None:
             return None, None
         return format_lsn(int(committed["lsn"])), max(0, flushed - int(committed["lsn"]))
+    if src.type == "nats":
+        from sluiceway.pipeline.sources.nats import stream_bounds
+
+        first, head = stream_bounds(list(src.servers), src.stream)
+        pos = int(committed["seq"]) if committed else first
+        return pos, max(0, head - pos)
+    if src.type == "redis":
+        # Position: the last entry id read; Redis cannot count entries after an id cheaply.
+        return (committed or {}).get("after"), None
     from sluiceway.pipeline.sources.outbox import OutboxState
 
     state = OutboxState(src.dsn, src.table)
@@ -227,6 +236,18 @@ def inspect(spec: PipelineSpec, start: int, end: int, *, limit: int = 1000) -> p
             return pa.Table.from_batches([reader.peek(start, end, limit)], schema=RECORD_SCHEMA)
         finally:
             reader.close()
+    if src.type == "nats":
+        from sluiceway.pipeline.sources.nats import NatsPartition, read_range
+
+        part = NatsPartition(tuple(src.servers), src.stream, src.subject, start, min(end, start + limit))
+        return pa.Table.from_batches(list(read_range(part)), schema=RECORD_SCHEMA)
+    if src.type == "redis":
+        from sluiceway.brokers.redis import offset_entry
+        from sluiceway.pipeline.sources.redis import RedisPartition
+        from sluiceway.pipeline.sources.redis import read_range as read_entries
+
+        entries = RedisPartition(src.url, src.stream, offset_entry(max(0, start - 1)), offset_entry(end - 1))
+        return pa.Table.from_batches(list(read_entries(entries)), schema=RECORD_SCHEMA).slice(0, limit)
     from sluiceway.pipeline.sources.outbox import OutboxState
 
     state = OutboxState(src.dsn, src.table)

@@ -54,9 +54,18 @@ def _source_classes() -> dict[str, type]:
     from sluiceway.pipeline.sources.cdc import PostgresCdcDataSource
     from sluiceway.pipeline.sources.journal import JournalDataSource
     from sluiceway.pipeline.sources.kafka import KafkaDataSource
+    from sluiceway.pipeline.sources.nats import NatsDataSource
     from sluiceway.pipeline.sources.outbox import OutboxDataSource
+    from sluiceway.pipeline.sources.redis import RedisDataSource
 
-    classes = (JournalDataSource, KafkaDataSource, OutboxDataSource, PostgresCdcDataSource)
+    classes = (
+        JournalDataSource,
+        KafkaDataSource,
+        OutboxDataSource,
+        PostgresCdcDataSource,
+        NatsDataSource,
+        RedisDataSource,
+    )
     return {cls.name(): cls for cls in classes}
 
 
@@ -125,6 +134,14 @@ def source_format(
             src.tables if isinstance(src.tables, str) else ",".join(src.tables)
         )
         fmt = "sluice-postgres-cdc"
+    elif src.type == "nats":
+        opts.update(servers=",".join(src.servers), stream=src.stream, startingOffset=str(src.starting_offset))
+        if src.subject:
+            opts["subject"] = src.subject
+        fmt = "sluice-nats"
+    elif src.type == "redis":
+        opts.update(url=src.url, stream=src.stream, startingOffset=src.starting_offset)
+        fmt = "sluice-redis"
     else:
         opts.update(
             dsn=src.dsn, table=src.table, numPartitions=str(src.partitions), leaseTtl=str(src.lease_ttl)

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from sluiceway.config.brokers import NatsSettings, RabbitMqSettings, RedisSettings, StreamName
 from sluiceway.config.loader import interpolate, load_yaml
 from sluiceway.config.types import Duration, SqlIdentifier, TableName
 from sluiceway.config.types import StrictModel as _Model
@@ -137,8 +138,31 @@ class PostgresCdcSourceSpec(_Source):
         return value
 
 
+class NatsSourceSpec(_Source, NatsSettings):
+    """A JetStream stream; offsets are stream sequences."""
+
+    type: Literal["nats"]
+    stream: StreamName
+    #: Only messages whose subject matches (NATS wildcards); default: the whole stream.
+    subject: str | None = None
+    starting_offset: Literal["earliest", "latest"] | int = "earliest"
+
+
+class RedisSourceSpec(_Source, RedisSettings):
+    """One Redis stream; offsets are entry ids."""
+
+    type: Literal["redis"]
+    stream: str
+    starting_offset: Literal["earliest", "latest"] = "earliest"
+
+
 SourceSpec = Annotated[
-    JournalSourceSpec | KafkaSourceSpec | OutboxSourceSpec | PostgresCdcSourceSpec,
+    JournalSourceSpec
+    | KafkaSourceSpec
+    | OutboxSourceSpec
+    | PostgresCdcSourceSpec
+    | NatsSourceSpec
+    | RedisSourceSpec,
     Field(discriminator="type"),
 ]
 
@@ -263,11 +287,47 @@ class FeedSinkSpec(_Sink):
         return value
 
 
+class NatsSinkSpec(_Sink, NatsSettings):
+    type: Literal["nats"]
+    #: Subject for every record; when empty each record goes to the subject named by its namespace.
+    topic: str | None = None
+
+
+class RabbitMqSinkSpec(_Sink, RabbitMqSettings):
+    type: Literal["rabbitmq"]
+    #: Routing key for every record; when empty, the record's namespace.
+    topic: str | None = None
+
+
+class RedisSinkSpec(_Sink, RedisSettings):
+    type: Literal["redis"]
+    #: Stream for every record; when empty, the stream named by the record's namespace.
+    topic: str | None = None
+
+
 SinkSpec = Annotated[
-    JournalSinkSpec | KafkaSinkSpec | PostgresSinkSpec | FilesSinkSpec | ConsoleSinkSpec | FeedSinkSpec,
+    JournalSinkSpec
+    | KafkaSinkSpec
+    | PostgresSinkSpec
+    | FilesSinkSpec
+    | ConsoleSinkSpec
+    | FeedSinkSpec
+    | NatsSinkSpec
+    | RabbitMqSinkSpec
+    | RedisSinkSpec,
     Field(discriminator="type"),
 ]
-for _m in (JournalSinkSpec, KafkaSinkSpec, PostgresSinkSpec, FilesSinkSpec, ConsoleSinkSpec, FeedSinkSpec):
+for _m in (
+    JournalSinkSpec,
+    KafkaSinkSpec,
+    PostgresSinkSpec,
+    FilesSinkSpec,
+    ConsoleSinkSpec,
+    FeedSinkSpec,
+    NatsSinkSpec,
+    RabbitMqSinkSpec,
+    RedisSinkSpec,
+):
     _m.model_rebuild()
 
 
@@ -373,6 +433,9 @@ _TAGS = {
     "csv",
     "console",
     "feed",
+    "nats",
+    "rabbitmq",
+    "redis",
 }
 
 

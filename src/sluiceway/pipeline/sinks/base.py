@@ -51,4 +51,8 @@ def make_writer(spec: Any, *, sink_name: str, staged: bool = False) -> SinkWrite
         return FeedSink(
             spec.dsn, spec.partition, gate=spec.gate, prefix=spec.prefix, if_exists=spec.if_exists
         )
+    if kind in ("nats", "rabbitmq", "redis"):
+        from sluiceway.pipeline.sinks.brokers import BrokerSink
+
+        return BrokerSink(spec, spec.topic)
     raise ValueError(f"unknown sink type {kind!r}")

@@ -35,15 +35,15 @@ from sluiceway.cdc.pgoutput import format_lsn
 from sluiceway.cdc.postgres import CdcSession, ChunkRead
 from sluiceway.pipeline.record import RECORD_SCHEMA
 from sluiceway.pipeline.sources.common import (
+    RecordSource,
     float_option,
     int_option,
     max_records,
     option,
     required,
-    spark_record_schema,
 )
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition  # isort: skip
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition  # isort: skip
 from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow  # isort: skip
 
 NAME = "sluice-postgres-cdc"
@@ -88,15 +88,10 @@ class CopyPartition(InputPartition):
     table: str
 
 
-class PostgresCdcDataSource(DataSource):
+class PostgresCdcDataSource(RecordSource):
     """Copies PostgreSQL tables, then streams their changes. See the module docstring."""
 
-    @classmethod
-    def name(cls) -> str:
-        return NAME
-
-    def schema(self) -> Any:
-        return spark_record_schema()
+    NAME = NAME
 
     def reader(self, schema: Any) -> CdcBatchReader:
         return CdcBatchReader(cdc_options(dict(self.options)))

@@ -7,9 +7,11 @@ picklable dataclasses; clients are created inside ``read``/``write`` on the exec
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from sluiceway.pipeline.offsets import parse_max_records
+
+from pyspark.sql.datasource import DataSource  # isort: skip
 
 
 def spark_record_schema() -> Any:
@@ -82,3 +84,24 @@ def limit_rows(limit: Any) -> int | None:
     if isinstance(limit, ReadMaxRows):
         return int(limit.max_rows)
     return None
+
+
+class RecordSource(DataSource):
+    """A Spark data source of sluiceway records: its ``NAME`` and the record schema. A source
+    adds its readers and writers only."""
+
+    NAME: ClassVar[str] = ""
+    #: The stream reader, built from the options (sources with a richer API override streamReader).
+    READER: ClassVar[type[Any] | None] = None
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.NAME
+
+    def schema(self) -> Any:
+        return spark_record_schema()
+
+    def streamReader(self, schema: Any) -> Any:
+        if self.READER is None:
+            raise NotImplementedError(f"{self.NAME} is not a streaming source")
+        return self.READER(dict(self.options))

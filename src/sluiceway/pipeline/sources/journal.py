@@ -31,17 +31,16 @@ from sluiceway.journal import Journal, JournalLockedError, JournalNotFoundError
 from sluiceway.pipeline.offsets import next_end, split_range
 from sluiceway.pipeline.record import RECORD_SCHEMA, with_delete_ops
 from sluiceway.pipeline.sources.common import (
+    RecordSource,
     int_option,
     limit_rows,
     max_records,
     option,
     required,
-    spark_record_schema,
 )
 
 try:
     from pyspark.sql.datasource import (
-        DataSource,
         DataSourceReader,
         DataSourceStreamArrowWriter,
         DataSourceStreamReader,
@@ -97,15 +96,10 @@ def starting_offset(path: str, options: Any) -> int:
         raise ValueError(f"startingOffset must be earliest, latest or a number, got {raw!r}") from None
 
 
-class JournalDataSource(DataSource):
+class JournalDataSource(RecordSource):
     """Reads and writes a sluiceway journal. See the module docstring for options."""
 
-    @classmethod
-    def name(cls) -> str:
-        return NAME
-
-    def schema(self) -> Any:
-        return spark_record_schema()
+    NAME = NAME
 
     def reader(self, schema: Any) -> JournalBatchReader:
         return JournalBatchReader(dict(self.options))

@@ -32,16 +32,15 @@ from sluiceway.pipeline.errors import SourceError
 from sluiceway.pipeline.offsets import cap_to_target, distribute_limit
 from sluiceway.pipeline.record import RECORD_SCHEMA
 from sluiceway.pipeline.sources.common import (
+    RecordSource,
     float_option,
     limit_rows,
     max_records,
     option,
     required,
-    spark_record_schema,
 )
 
 from pyspark.sql.datasource import (  # isort: skip
-    DataSource,
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
@@ -151,15 +150,10 @@ class KafkaAdmin:
         self.consumer.close()
 
 
-class KafkaDataSource(DataSource):
+class KafkaDataSource(RecordSource):
     """Reads and writes Kafka topics. See the module docstring for options."""
 
-    @classmethod
-    def name(cls) -> str:
-        return NAME
-
-    def schema(self) -> Any:
-        return spark_record_schema()
+    NAME = NAME
 
     def streamReader(self, schema: Any) -> KafkaStreamReader:
         return KafkaStreamReader(dict(self.options))

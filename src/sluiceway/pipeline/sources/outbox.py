@@ -48,16 +48,16 @@ from sluiceway.errors import LeadershipError
 from sluiceway.outbox.table import OutboxLayout, decode_rows, discover
 from sluiceway.pipeline.record import RECORD_SCHEMA
 from sluiceway.pipeline.sources.common import (
+    RecordSource,
     float_option,
     int_option,
     limit_rows,
     max_records,
     option,
     required,
-    spark_record_schema,
 )
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition  # isort: skip
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition  # isort: skip
 from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow  # isort: skip
 
 log = logging.getLogger("sluiceway.pipeline.outbox")
@@ -220,20 +220,6 @@ class _Listener:
         log.warning("outbox source: lease fenced")
 
 
-class OutboxDataSource(DataSource):
-    """Streams an outbox table with MP/R semantics. See the module docstring."""
-
-    @classmethod
-    def name(cls) -> str:
-        return NAME
-
-    def schema(self) -> Any:
-        return spark_record_schema()
-
-    def streamReader(self, schema: Any) -> OutboxStreamReader:
-        return OutboxStreamReader(dict(self.options))
-
-
 class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # Constructed in several processes (the planner pickles it to executors): connections and
     # the lease are opened lazily, on the driver side only.
@@ -341,3 +327,10 @@ class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._state is not None:
             self._state.close()
             self._state = None
+
+
+class OutboxDataSource(RecordSource):
+    """Streams an outbox table with MP/R semantics. See the module docstring."""
+
+    NAME = NAME
+    READER = OutboxStreamReader

@@ -1,0 +1,70 @@
+"""What the brokers carry, independent of any client library: one message, one acknowledgement,
+and the port every broker adapter implements."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from sluiceway.errors import BrokerError
+
+#: Header (NATS, RabbitMQ) or field (Redis) carrying the record key: none of the three has keys.
+KEY_HEADER = "Sluice-Key"
+#: Marks a tombstone (a NULL value) where an empty payload could not tell it from "".
+TOMBSTONE_HEADER = "Sluice-Tombstone"
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One record on its way to a broker.
+
+    ``topic`` becomes the NATS subject, the RabbitMQ routing key or the Redis stream; ``value``
+    None is a tombstone; ``msg_id`` is the de-duplication id (the outbox row, or the pipeline
+    batch and row): JetStream's ``Nats-Msg-Id``, RabbitMQ's ``message_id``, Redis's ``id`` field.
+    """
+
+    topic: str
+    key: str
+    value: bytes | None
+    headers: tuple[tuple[str, str], ...] = ()
+    msg_id: str = ""
+    timestamp_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """The broker's acknowledgement. ``position``: where it landed when the broker says (JetStream
+    stream sequence, Redis entry id as an offset); ``duplicate``: JetStream recognised the message
+    id within its duplicate window and did not store it again."""
+
+    position: int | None = None
+    duplicate: bool = False
+
+
+def unexpected(broker: str, action: str, exc: BaseException, target: str = "") -> BrokerError:
+    """A timeout, or a client error no adapter rule names: assumed passing (a lost connection, a
+    broker restarting), so the message is tried again until its delivery timeout."""
+    if isinstance(exc, TimeoutError):  # asyncio's and the clients' timeouts derive from it
+        problem = f"no {'reply' if broker == 'redis' else 'acknowledgement'} in time"
+    else:
+        problem = f"{type(exc).__name__}: {str(exc) or 'no detail'}"
+    return BrokerError(broker, action, problem, target=target, retriable=True)
+
+
+class BrokerClient(Protocol):
+    """The port of one broker connection, used from one asyncio event loop."""
+
+    #: ``nats``, ``rabbitmq`` or ``redis``: names the broker in errors, events and metrics.
+    broker: str
+
+    async def connect(self) -> None:
+        """(Re)connect if not connected; raise a retriable BrokerError when the broker is away."""
+        ...
+
+    async def publish(self, messages: Sequence[Message]) -> list[Ack | BrokerError]:
+        """Publish in order and await every acknowledgement (each within the ack timeout).
+        One outcome per message; errors are mapped, never raised."""
+        ...
+
+    async def close(self) -> None: ...

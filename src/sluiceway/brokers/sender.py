@@ -1,0 +1,300 @@
+"""Publishing to a broker from a background asyncio loop: per-key order, a window, retries.
+
+Callers on any thread ``submit(message, done)``; ``done(outcome)`` is called exactly once per
+message, from the loop's thread, with an :class:`Ack` or a :class:`BrokerError`.
+
+Order. At most one message per key awaits its acknowledgement; a key's next message waits in the
+key's queue until its predecessor is done (acknowledged, or given up). A retried message is
+therefore never overtaken by its key's successor: the broker sees ``1 2 2 3`` at worst, never
+``1 2 1 3``. (The harvester submits one record per key at a time anyway — its barrier — so for it
+the queue is always empty; a pipeline sink submits whole batches and relies on it.)
+
+Pipelining. Across keys, up to ``max_in_flight`` messages await acknowledgements at once; the
+messages ready at one moment go to the client as one call (one NATS flush, one Redis pipeline,
+one burst of RabbitMQ publishes on one channel).
+
+Failures. A retriable error (connection lost, no acknowledgement within ``ack_timeout``) sends the
+message again after a backoff (doubling from ``backoff`` to ``max_backoff``), reconnecting first,
+until ``delivery_timeout`` has passed since it was submitted; then it fails. A permanent error
+fails it at once. Before every attempt ``may_send()`` is asked: a harvester that is no longer the
+leader starts no new attempt (its successor may already be publishing the same keys).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sluiceway.brokers.message import Ack, BrokerClient, Message
+from sluiceway.config.brokers import BrokerSettings
+from sluiceway.errors import BrokerError
+
+log = logging.getLogger("sluiceway.brokers")
+
+Outcome = Ack | BrokerError
+Done = Callable[[Outcome], None]
+
+
+@dataclass(slots=True, eq=False)
+class _Item:
+    message: Message
+    done: Done
+    submitted: float
+    attempts: int = 0
+    last_error: BrokerError | None = field(default=None)
+
+
+class Sender:
+    """Publishes through one :class:`BrokerClient` from a loop thread of its own.
+
+    >>> sender = Sender(lambda: RedisClient(RedisSettings()), RedisSettings())   # doctest: +SKIP
+    >>> sender.submit(Message("orders", "o-1", b"{}"), print)
+    >>> sender.flush(5.0)
+    0
+    """
+
+    def __init__(
+        self,
+        client: BrokerClient,
+        settings: BrokerSettings,
+        *,
+        may_send: Callable[[], bool] = lambda: True,
+        stop_key_on_failure: bool = False,
+        name: str = "",
+    ) -> None:
+        self.client = client
+        #: A failed message fails the messages queued behind it for the same key too (a sink that
+        #: hands over whole batches: nothing of a key may be published after its failed record).
+        self.stop_key_on_failure = stop_key_on_failure
+        self.broker = client.broker
+        self.settings = settings
+        self.may_send = may_send
+        self._loop = asyncio.new_event_loop()
+        # Submissions cross threads through a deque (appends are atomic) and one scheduled wake-up.
+        self._incoming: deque[_Item] = deque()
+        self._wake_lock = threading.Lock()
+        self._wake_pending = False
+        # Submitted, done not yet called; a plain lock (the hot path takes it twice per message)
+        # and an event that flush() waits on.
+        self._outstanding = 0
+        self._count_lock = threading.Lock()
+        self._drained = threading.Event()
+        self._drained.set()
+        self._closing = False
+        # Loop-side state (touched only on the loop thread).
+        self._keys: dict[str, deque[_Item]] = {}  # key -> its queue; the head is being published
+        self._ready: deque[_Item] = deque()  # heads waiting for a window slot
+        self._in_flight = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._stop_event: asyncio.Event | None = None
+        self._connect_lock: asyncio.Lock
+        self._thread = threading.Thread(
+            target=self._run_loop, name=f"sluice-{self.broker}{'-' + name if name else ''}", daemon=True
+        )
+        self._thread.start()
+
+    # -- any thread ----------------------------------------------------------------------------
+    def submit(self, message: Message, done: Done) -> None:
+        if self._closing:
+            raise BrokerError(self.broker, "publish", "the publisher is closed", target=message.topic)
+        with self._count_lock:
+            self._outstanding += 1
+            if self._drained.is_set():
+                self._drained.clear()
+        self._incoming.append(_Item(message, done, time.monotonic()))
+        with self._wake_lock:
+            if self._wake_pending:
+                return
+            self._wake_pending = True
+        self._loop.call_soon_threadsafe(self._drain)
+
+    def flush(self, timeout: float) -> int:
+        """Wait until every submitted message is done; return how many are not."""
+        self._drained.wait(timeout)
+        return self._outstanding
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Let outstanding messages finish for up to ``timeout`` s, then fail the rest (their
+        ``done`` is called with an error) and disconnect."""
+        if self._closing:
+            return
+        self.flush(timeout)
+        self._closing = True
+        future = asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
+        try:
+            future.result(timeout + 5)
+        except Exception:
+            log.warning("%s: closing the client failed", self.broker, exc_info=True)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    # -- loop thread -----------------------------------------------------------------------------
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._stop_event = asyncio.Event()
+        self._connect_lock = asyncio.Lock()
+        self._loop.run_forever()
+
+    def _drain(self) -> None:
+        with self._wake_lock:
+            self._wake_pending = False
+        incoming, keys, ready = self._incoming, self._keys, self._ready
+        while incoming:
+            item = incoming.popleft()
+            queue = keys.get(item.message.key)
+            if queue is None:
+                keys[item.message.key] = deque((item,))
+                ready.append(item)
+            else:
+                queue.append(item)  # behind the key's message in flight
+        self._launch()
+
+    def _launch(self) -> None:
+        """Start one attempt for as many ready messages as the window allows."""
+        room = self.settings.max_in_flight - self._in_flight
+        if room <= 0 or not self._ready or self._closing:
+            return
+        batch: list[_Item] = []
+        while self._ready and len(batch) < room:
+            batch.append(self._ready.popleft())
+        self._in_flight += len(batch)
+        task = self._loop.create_task(self._deliver(batch))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _deliver(self, batch: list[_Item]) -> None:
+        backoff = self.settings.backoff
+        try:
+            while batch:
+                if self._closing:
+                    self._give_up(batch, "the publisher closed before the broker acknowledged")
+                    return
+                if not self.may_send():
+                    self._give_up(batch, "no longer the leader: not sent again")
+                    return
+                outcomes = await self._attempt([item.message for item in batch])
+                retry: list[_Item] = []
+                now = time.monotonic()
+                for item, outcome in zip(batch, outcomes, strict=True):
+                    item.attempts += 1
+                    if isinstance(outcome, Ack):
+                        self._finish(item, outcome)
+                    elif outcome.retriable and now - item.submitted < self.settings.delivery_timeout:
+                        item.last_error = outcome
+                        retry.append(item)
+                    else:
+                        self._finish(item, outcome)
+                if retry:
+                    log.warning(
+                        "%s: %d of %d messages not acknowledged (%s); retrying in %.2fs",
+                        self.broker,
+                        len(retry),
+                        len(batch),
+                        retry[0].last_error,
+                        backoff,
+                    )
+                batch = retry  # before pausing: a cancellation must only fail what is left
+                if batch:
+                    await self._pause(backoff)
+                    backoff = min(backoff * 2, self.settings.max_backoff)
+        except asyncio.CancelledError:
+            self._give_up(batch, "the publisher closed before the broker acknowledged")
+            raise
+        except Exception as exc:  # a bug in an adapter: fail the messages rather than hang them
+            log.exception("%s: publishing failed unexpectedly", self.broker)
+            self._give_up(batch, f"unexpected error: {type(exc).__name__}: {exc}")
+
+    async def _attempt(self, messages: list[Message]) -> list[Outcome]:
+        try:
+            # One connection attempt at a time: concurrent attempts would each replace the other's.
+            async with self._connect_lock:
+                await self.client.connect()
+        except BrokerError as exc:
+            return [exc] * len(messages)
+        return await self.client.publish(messages)
+
+    async def _pause(self, seconds: float) -> None:
+        assert self._stop_event is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop_event.wait(), seconds)
+
+    def _give_up(self, batch: list[_Item], why: str) -> None:
+        for item in batch:
+            last = f" (last error: {item.last_error.problem})" if item.last_error else ""
+            self._finish(
+                item,
+                BrokerError(self.broker, "publish", why + last, target=item.message.topic, retriable=True),
+            )
+
+    def _finish(self, item: _Item, outcome: Outcome) -> None:
+        self._in_flight -= 1
+        queue = self._keys[item.message.key]
+        queue.popleft()
+        if queue and self.stop_key_on_failure and isinstance(outcome, BrokerError):
+            # None of these was attempted (only a key's head is), so none is in the window.
+            del self._keys[item.message.key]
+            self._complete(item, outcome)
+            behind = BrokerError(
+                self.broker,
+                "publish",
+                f"not sent: an earlier message of key {item.message.key!r} failed ({outcome.problem})",
+                target=item.message.topic,
+            )
+            for later in queue:
+                self._complete(later, behind)
+            return
+        if queue:
+            self._ready.append(queue[0])
+        else:
+            del self._keys[item.message.key]
+        self._complete(item, outcome)
+        if self._ready:
+            # Coalesce: everything that becomes ready in this turn of the loop goes out together.
+            self._loop.call_soon(self._launch)
+
+    def _complete(self, item: _Item, outcome: Outcome) -> None:
+        try:
+            item.done(outcome)
+        except Exception:
+            log.exception("%s: a delivery callback raised", self.broker)
+        with self._count_lock:
+            self._outstanding -= 1
+            if self._outstanding == 0:
+                self._drained.set()
+
+    async def _shutdown(self) -> None:
+        assert self._stop_event is not None
+        self._stop_event.set()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        # Messages still queued behind a key (never attempted) fail too: done exactly once each.
+        self._drain()
+        leftovers = [item for queue in self._keys.values() for item in queue]
+        self._ready.clear()
+        for item in leftovers:
+            self._in_flight += 1  # _finish accounts for it
+            self._finish(
+                item, BrokerError(self.broker, "publish", "the publisher closed", target=item.message.topic)
+            )
+        self._ready.clear()
+        try:
+            await self.client.close()
+        except BrokerError as exc:
+            log.debug("%s: close: %s", self.broker, exc)
+        # What the client library left running (readers, flushers, pingers) ends with the loop, as
+        # asyncio.run() would end it: cancelled and awaited, not garbage-collected half-way.
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+        await self._loop.shutdown_asyncgens()

@@ -1,0 +1,74 @@
+"""The broker adapter of the Publisher port: outbox records to NATS JetStream, RabbitMQ or Redis.
+
+Each record becomes a :class:`~sluiceway.brokers.Message` whose id is ``<prefix><outbox id>``
+(the same id whoever leads, so JetStream drops a re-send within its duplicate window) and goes
+through a :class:`~sluiceway.brokers.Sender`: delivered only on the broker's acknowledgement,
+retried across connection loss until ``deliveryTimeout``, and never attempted again once this
+harvester stops being the leader (``may_send``), so a deposed leader's retry cannot land after
+its successor's sends. The Sender keeps one record per key awaiting an acknowledgement whatever
+``perKeyInFlight`` is, and fails a key's later records unsent once one fails: gapless per key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+
+from sluiceway.brokers import Ack, Message, Sender, open_client
+from sluiceway.config.brokers import NatsTarget, RabbitMqTarget, RedisTarget
+from sluiceway.db.dsn import parse_dsn
+from sluiceway.errors import BrokerError
+from sluiceway.harvest.ports import Delivery
+from sluiceway.outbox.record import MarkedRecord
+
+Target = NatsTarget | RabbitMqTarget | RedisTarget
+
+
+def msg_id_prefix(target: Target, data_source: str, table: str) -> str:
+    """The configured prefix, or one derived from the outbox's location (password left out, so
+    rotating it changes nothing)."""
+    if target.msg_id_prefix is not None:
+        return target.msg_id_prefix
+    where = parse_dsn(data_source).redacted()
+    return f"{hashlib.sha1(f'{where}|{table}'.encode()).hexdigest()[:10]}:"
+
+
+def to_message(record: MarkedRecord, prefix: str) -> Message:
+    stamp = record.create_time
+    return Message(
+        record.topic,
+        record.key,
+        record.value,
+        tuple(record.headers),
+        f"{prefix}{record.id}",
+        int(stamp.timestamp() * 1000) if stamp is not None else None,
+    )
+
+
+class BrokerPublisher:
+    """Publishes outbox records to one broker; see the module docstring."""
+
+    def __init__(self, target: Target, *, prefix: str, may_send: Callable[[], bool] = lambda: True) -> None:
+        self.target = target
+        self.broker = target.type
+        self.prefix = prefix
+        # stop_key_on_failure: gapless per key (the Publisher port's rule with perKeyInFlight > 1) —
+        # once a record fails, its key's later records already handed over fail too, unsent.
+        self._sender = Sender(
+            open_client(target), target, may_send=may_send, stop_key_on_failure=True, name="harvest"
+        )
+
+    def send(self, record: MarkedRecord, on_done: Callable[[Delivery], None]) -> None:
+        def done(outcome: Ack | BrokerError) -> None:
+            if isinstance(outcome, Ack):
+                on_done(Delivery(record, offset=outcome.position))
+            else:
+                on_done(Delivery(record, error=str(outcome), permanent=outcome.permanent))
+
+        self._sender.submit(to_message(record, self.prefix), done)
+
+    def flush(self, timeout: float) -> int:
+        return self._sender.flush(timeout)
+
+    def close(self) -> None:
+        self._sender.close()

@@ -1,0 +1,83 @@
+"""NATS JetStream, RabbitMQ and Redis sinks: the harvester's mapping (``sluiceway.brokers``), each
+record counted as written only on the broker's acknowledgement.
+
+A write hands the whole slice to a :class:`~sluiceway.brokers.Sender`: across keys many records
+await acknowledgements at once, within a key one at a time and in offset order, so a retry never
+lets a key's later record overtake an earlier one; a record that still fails fails the write (and
+nothing of its key after it is sent). Each message id is ``<token>/<row>``: a replayed slice
+carries the same ids, which JetStream drops within its duplicate window (idempotent per batch
+there); RabbitMQ and Redis get them again (at-least-once).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from sluiceway.brokers import Ack, Message, Sender, open_client
+from sluiceway.config.brokers import BrokerSettings
+from sluiceway.errors import BrokerError
+from sluiceway.pipeline.record import header_pairs
+
+
+def table_messages(table: pa.Table, topic: str | None, token: str) -> list[Message]:
+    """The rows of ``table`` as messages, in order (topic: ``topic`` or each row's namespace)."""
+    keys = table.column("key").to_pylist()
+    values = table.column("value").to_pylist()
+    n = table.num_rows
+    headers = table.column("headers").to_pylist() if "headers" in table.column_names else [None] * n
+    topics = [topic] * n if topic else table.column("namespace").to_pylist()
+    stamps = table.column("timestamp").to_pylist() if "timestamp" in table.column_names else [None] * n
+    return [
+        Message(
+            topics[i],
+            keys[i] or "",
+            values[i],
+            tuple(header_pairs(headers[i])),
+            f"{token}/{i}",
+            _millis(stamps[i]),
+        )
+        for i in range(n)
+    ]
+
+
+class BrokerSink:
+    """The sink writer for ``nats``, ``rabbitmq`` and ``redis`` sinks."""
+
+    def __init__(self, settings: BrokerSettings, topic: str | None) -> None:
+        self.settings = settings
+        self.topic = topic
+        self._sender: Sender | None = None
+
+    def write(self, table: pa.Table, token: str) -> None:
+        if table.num_rows == 0:
+            return
+        if self._sender is None:
+            self._sender = Sender(
+                open_client(self.settings), self.settings, stop_key_on_failure=True, name="sink"
+            )
+        sender = self._sender
+        errors: list[BrokerError] = []
+
+        def done(outcome: Ack | BrokerError) -> None:
+            if isinstance(outcome, BrokerError):
+                errors.append(outcome)
+
+        for message in table_messages(table, self.topic, token):
+            sender.submit(message, done)
+        left = sender.flush(self.settings.delivery_timeout + self.settings.ack_timeout + 5)
+        if errors or left:
+            self.close()  # a fresh connection for the retry
+            if errors:
+                raise errors[0]
+            raise BrokerError(sender.broker, "publish", f"{left} messages not acknowledged in time")
+
+    def close(self) -> None:
+        sender, self._sender = self._sender, None
+        if sender is not None:
+            sender.close()
+
+
+def _millis(stamp: Any) -> int | None:
+    return int(stamp.timestamp() * 1000) if stamp is not None else None
