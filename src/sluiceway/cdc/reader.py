@@ -204,8 +204,9 @@ class CdcReader:
                 )
             # upto_nchanges counts every message (begin, relation, commit…) from the slot's confirmed
             # position — including what this sink already has when a slower sink holds the slot.
-            # Ask for a little more than the batch, and for more again while that falls short.
-            wanted = None if limit is None else 2 * limit + 64
+            # Ask for a little more than the batch, and for more again while that falls short (the
+            # server decodes all it returns: asking for twice the batch doubled its work).
+            wanted = None if limit is None else limit + limit // 8 + 64
             while True:
                 rows = session.peek(opts.slot, opts.publication, upto, wanted)
                 asm = assemble(
