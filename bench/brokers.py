@@ -13,7 +13,12 @@ For each broker, interleaved rounds of:
     across keys, one per key — the rows cycle through ``--keys`` keys, so a raw-loop window holds
     each key at most once too;
 (b) the harvester draining the same rows from PostgreSQL into the broker (election by database
-    lease; timed from leadership to an empty outbox).
+    lease; timed from leadership to an empty outbox);
+(c) both jobs with no engine, side by side in one process as the harvester has them: the raw SQL
+    loop of bench/harvest.py (mark + batched delete of the same rows, on a thread) while the raw
+    loop publishes the same messages; timed until both are done. On a machine whose cores
+    PostgreSQL, the broker server and the Python process share, this — not the raw loop alone — is
+    the most an outbox harvester could do here.
 Needs the three servers on their default loopback ports. Last line: one JSON object.
 """
 
@@ -24,6 +29,7 @@ import asyncio
 import contextlib
 import statistics
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -32,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import report, scratch_postgres, timed_drain
-from harvest import VALUE, load, outbox_rows
+from harvest import VALUE, ceiling, load, outbox_rows
 from sluiceway.brokers import Message
 from sluiceway.harvest import HarvestConfig
 
@@ -206,17 +212,37 @@ async def raw_redis(place: Place, messages: list[Message], group: int, window: i
 RAW = {"nats": raw_nats, "rabbitmq": raw_rabbitmq, "redis": raw_redis}
 
 
-def raw(place: Place, rows: int, keys: int, group: int, window: int) -> float:
-    messages = [
+def messages_of(place: Place, rows: int, keys: int) -> list[Message]:
+    return [
         Message(place.topic, f"key-{i % keys}", VALUE.encode(), (), f"0123456789:{i + 1}")
         for i in range(rows)
     ]
+
+
+def raw(place: Place, rows: int, keys: int, group: int, window: int) -> float:
+    messages = messages_of(place, rows, keys)
 
     async def run() -> float:
         await place.empty()
         return await RAW[place.broker](place, messages, group, window)
 
     return asyncio.run(run())
+
+
+def side_by_side(dsn: str, place: Place, rows: int, keys: int, group: int, window: int, mark: int) -> float:
+    """(c): the raw SQL loop and the raw publish loop at once, over the same rows; rows/s."""
+    messages = messages_of(place, rows, keys)
+    load(dsn, rows, keys, place.topic)
+    asyncio.run(place.empty())
+    sql = threading.Thread(target=ceiling, args=(dsn, mark))
+    start = time.perf_counter()
+    sql.start()
+    asyncio.run(RAW[place.broker](place, messages, group, window))
+    sql.join()
+    elapsed = time.perf_counter() - start
+    if outbox_rows(dsn):
+        raise SystemExit("the raw SQL loop left rows in the outbox")
+    return rows / elapsed
 
 
 # -- the harvester -----------------------------------------------------------------------------------------
@@ -259,15 +285,22 @@ def main() -> None:
             place = Place(broker)
             raws: list[float] = []
             harvests: list[float] = []
+            boths: list[float] = []
             try:
                 for _ in range(args.rounds):
                     raws.append(raw(place, args.rows, args.keys, args.group, args.window))
+                    boths.append(
+                        side_by_side(
+                            dsn, place, args.rows, args.keys, args.group, args.window, args.mark_records
+                        )
+                    )
                     load(dsn, args.rows, args.keys, place.topic)
                     harvests.append(drain(dsn, place, args.rows, args.mark_records, args.window))
             finally:
                 asyncio.run(place.remove())
             ratios = sorted(h / r for h, r in zip(harvests, raws, strict=True))
             ratio = statistics.median(ratios)
+            both_ratio = statistics.median(h / b for h, b in zip(harvests, boths, strict=True))
             rows += [
                 (
                     f"{broker}: raw loop ({args.group}/call, window {args.window})",
@@ -278,10 +311,20 @@ def main() -> None:
                     f"{broker}: ratio (target >= 0.5)",
                     f"{ratio:.2f}  (rounds {', '.join(f'{x:.2f}' for x in ratios)})",
                 ),
+                (
+                    f"{broker}: raw SQL loop + raw loop, side by side",
+                    f"{statistics.median(boths):,.0f} rec/s  {_rounds(boths)}",
+                ),
+                (f"{broker}: harvester / side by side", f"{both_ratio:.2f}"),
             ]
             summary[f"{broker}_raw_rps"] = round(statistics.median(raws))
             summary[f"{broker}_harvest_rps"] = round(statistics.median(harvests))
             summary[f"{broker}_ratio"] = round(ratio, 3)
+            summary[f"{broker}_side_by_side_rps"] = round(statistics.median(boths))
+            summary[f"{broker}_side_by_side_ratio"] = round(
+                statistics.median(boths) / statistics.median(raws), 3
+            )
+            summary[f"{broker}_harvest_vs_side_by_side"] = round(both_ratio, 3)
     report(
         f"brokers: {args.rows:,} rows, {args.keys} keys, 100-byte values, median of {args.rounds} rounds",
         rows,
