@@ -25,12 +25,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import repeat
 from types import NoneType, TracebackType
-from typing import Final, Protocol, Self
+from typing import TYPE_CHECKING, Final, Protocol, Self
 
 from sluiceway.journal.encode import EncodedRecords, encode_records, frame_length
 from sluiceway.journal.errors import AppendAborted, InvalidJournalRecord, JournalError
 from sluiceway.journal.format import BATCH_HEADER_SIZE, MAX_FRAME_BYTES, MAX_NAMESPACE_BYTES, encode_pairs
 from sluiceway.journal.record import EPOCH
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 Clock = Callable[[], int]
 """Returns the current time in microseconds since the Unix epoch."""
@@ -318,6 +321,33 @@ class AppendTransaction:
         self._timestamps.extend(repeat(ts, n))
         self._nulls = self._nulls or nulls
         return n
+
+    def write_arrow(self, table: pa.Table | pa.RecordBatch) -> int:
+        """Add every row of an Arrow table or record batch; returns how many.
+
+        The bulk form for records that already live in Arrow — the write-side twin of
+        :meth:`Journal.read_arrow`: columns ``key`` (string) and ``value`` (binary or string;
+        null is a tombstone), optionally ``namespace``, ``headers`` (a list of
+        ``struct<key, value>``) and ``timestamp`` (with a time zone, or int64 µs; null is now).
+        Other columns are ignored. If a record is invalid, none of the table's are added.
+
+        >>> with journal.append() as tx:                                # doctest: +SKIP
+        ...     for batch in other_journal.read_arrow(0, 1000):
+        ...         tx.write_arrow(batch)
+        """
+        if self._state:
+            self._not_open()
+        from sluiceway.journal.columns import arrow_columns
+
+        cols = arrow_columns(table)
+        now = _time_ns() // 1000 if self._system_clock else self._clock()
+        self._keys.extend(cols.keys)
+        self._values.extend(cols.values)
+        self._namespaces.extend(cols.namespaces)
+        self._headers.extend(cols.headers)
+        self._timestamps.extend(now if ts is None else ts for ts in cols.timestamps)
+        self._nulls = self._nulls or cols.nulls
+        return len(cols.keys)
 
     def _not_open(self) -> None:
         if self._state == _ABORTED:

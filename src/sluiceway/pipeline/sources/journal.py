@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sluiceway.journal import Journal, JournalLockedError, JournalNotFoundError
 from sluiceway.pipeline.offsets import next_end, split_range
@@ -196,19 +197,15 @@ def append_table(journal: Journal, table: pa.Table | pa.RecordBatch, sink: str, 
     reg = register_name(sink)
     if token is not None and journal.registers().get(reg) == token:
         return 0
-    cols = {name: table.column(name).to_pylist() for name in ("namespace", "key", "value", "headers")}
-    ts = table.column("timestamp").to_pylist() if "timestamp" in table.column_names else None
+    # A record without a key is stored under "" (the journal's keys are strings).
+    keys = table.column("key")
+    if keys.null_count:
+        if isinstance(table, pa.RecordBatch):
+            table = pa.Table.from_batches([table])
+        table = table.set_column(table.schema.get_field_index("key"), "key", pc.fill_null(keys, ""))
     sets = {reg: token} if token is not None else {}
     with journal.append(set_registers=sets) as tx:
-        for i, key in enumerate(cols["key"]):
-            headers = cols["headers"][i]
-            tx.write(
-                key or "",
-                cols["value"][i],
-                headers=[(h["key"], h["value"] or "") for h in headers] if headers else None,
-                namespace=cols["namespace"][i] or "",
-                timestamp=ts[i] if ts is not None else None,
-            )
+        tx.write_arrow(table)  # column-wise: no Python object per field
     return int(table.num_rows)
 
 
