@@ -273,6 +273,24 @@ class PrivatePostgres:
     def dsn(self, dbname: str = "postgres") -> str:
         return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}"
 
+    def restart(self, mode: str = "fast", timeout: float = 60.0) -> None:
+        """``pg_ctl restart -m <mode>``: every connection is cut, the server comes back on its port."""
+        import os
+
+        self._run(
+            os.path.join(self.bindir(), "pg_ctl"),
+            "-D",
+            os.path.join(self.directory, "data"),
+            "-l",
+            os.path.join(self.directory, "log"),
+            "-m",
+            mode,
+            "-w",
+            "-t",
+            str(int(timeout)),
+            "restart",
+        )
+
     def stop(self) -> None:
         import contextlib
         import os

@@ -1,20 +1,20 @@
-"""Change data capture test helpers: a writer that keeps changing tables, a driver that plays
-Spark's part for one sink's reader, and the checks (sink equals source; per-key order)."""
+"""Change data capture test helpers: a writer that keeps changing tables, and the checks (sink
+equals source; per-key order)."""
 
 from __future__ import annotations
 
 import json
 import random
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from sluiceway.cdc import CdcReader
 from sluiceway.journal import Journal, JournalError
+from sluiceway.journal.record import OP_HEADER
 
 SCHEMA = """
 CREATE TABLE orders (id bigint PRIMARY KEY, version bigint NOT NULL, note text, payload jsonb,
@@ -170,32 +170,6 @@ def version_regressions(records: Iterable[dict[str, Any]]) -> list[str]:
     return bad
 
 
-def drain(
-    reader: CdcReader,
-    sink: Sink,
-    *,
-    start: int | None = None,
-    limit: int | None = 2_000,
-    until: Callable[[], bool] | None = None,
-    max_batches: int = 100_000,
-) -> int:
-    """Play Spark's part: plan, read and commit batches. Without ``until``: until the copy is done
-    and nothing is left; with it: until the copy is done and ``until()`` holds."""
-    position = reader.initial_offset() if start is None else start
-    for _ in range(max_batches):
-        if until is not None and until() and not reader.copying():
-            return position
-        end = reader.latest_offset(position, limit)
-        if end == position:
-            if until is None and not reader.copying():
-                return position
-            continue
-        sink.apply(reader.read(position, end, 0).to_pylist())
-        reader.commit(end)
-        position = end
-    raise AssertionError("drain did not finish")
-
-
 def slot_confirmed(dsn: str, slot: str) -> int:
     """The slot's confirmed position (0 when there is no such slot)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -219,3 +193,16 @@ def journal_records(path: Path) -> list[dict[str, Any]]:
             ]
     except JournalError:
         return []
+
+
+def capture_records(path: Path) -> list[dict[str, Any]]:
+    """A capture journal's records in the pipeline's shape (``op`` restored from its header)."""
+    with Journal.open(path, read_only=True) as journal:
+        out = []
+        for r in journal.read():
+            op = next(v for k, v in r.headers if k == OP_HEADER)
+            headers = [{"key": k, "value": v} for k, v in r.headers]
+            out.append(
+                {"namespace": r.namespace, "key": r.key, "value": r.value, "op": op, "headers": headers}
+            )
+        return out

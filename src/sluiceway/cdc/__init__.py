@@ -1,21 +1,35 @@
-"""Change data capture from PostgreSQL: copy each table, then follow its changes.
+"""Change data capture from PostgreSQL: copy each table, then follow its changes — streamed once.
 
-A reader decodes a logical replication slot (``pgoutput``) through SQL functions, copies tables
-in primary-key chunks with the watermark method (DBLog) so that changes made during the copy
-are neither lost nor reordered, and advances the slot only when every sink has committed. The
-pipeline's ``postgres-cdc`` source (``sluice-postgres-cdc`` in Spark) is built on it; see
-``docs/cdc.md``.
+The capture (:mod:`~sluiceway.cdc.capture`) reads a logical replication slot (``pgoutput``) over
+the streaming replication protocol (:mod:`~sluiceway.cdc.stream`), copies tables in primary-key
+chunks with the watermark method (DBLog) so that changes made during the copy are neither lost
+nor reordered, and appends everything in commit order to a target (:mod:`~sluiceway.cdc.target`:
+a journal), confirming to the server only what the target holds durably. The pipeline's
+``postgres-cdc`` source runs a capture (:mod:`~sluiceway.cdc.service`) and its sinks read the
+journal, each at its own offset; see ``docs/cdc.md``.
 
 Layout — pure, no I/O: :mod:`~sluiceway.cdc.pgoutput` (decoding messages),
 :mod:`~sluiceway.cdc.values` (values → JSON), :mod:`~sluiceway.cdc.relation` and
 :mod:`~sluiceway.cdc.columnar` (a relation's changes, value by value and column-wise),
-:mod:`~sluiceway.cdc.assemble` and :mod:`~sluiceway.cdc.records` (a stretch of the slot →
+:mod:`~sluiceway.cdc.assemble` and :mod:`~sluiceway.cdc.records` (a stretch of the stream →
 records, the copy's chunk windows), :mod:`~sluiceway.cdc.model` (the values they pass). At the
-edge: :mod:`~sluiceway.cdc.postgres` (the database), :mod:`~sluiceway.cdc.state` (the files the
-sinks share); :mod:`~sluiceway.cdc.reader` ties them into one sink's reader.
+edge: :mod:`~sluiceway.cdc.postgres` (SQL), :mod:`~sluiceway.cdc.stream` (the replication
+protocol), :mod:`~sluiceway.cdc.state` (the copy's files), :mod:`~sluiceway.cdc.target`.
 """
 
+from sluiceway.cdc.capture import Capture, CaptureOptions
 from sluiceway.cdc.errors import CdcError, LostChangesError, SlotInUseError
-from sluiceway.cdc.reader import CdcOptions, CdcReader, describe
+from sluiceway.cdc.service import CaptureService, describe
+from sluiceway.cdc.target import CaptureTarget, JournalTarget
 
-__all__ = ["CdcError", "CdcOptions", "CdcReader", "LostChangesError", "SlotInUseError", "describe"]
+__all__ = [
+    "Capture",
+    "CaptureOptions",
+    "CaptureService",
+    "CaptureTarget",
+    "CdcError",
+    "JournalTarget",
+    "LostChangesError",
+    "SlotInUseError",
+    "describe",
+]

@@ -15,3 +15,8 @@ class SlotInUseError(CdcError):
 
 class LostChangesError(CdcError):
     """A sink's checkpoint points before the slot's confirmed position: changes in between are gone."""
+
+
+class StreamInterrupted(CdcError):
+    """The replication connection was lost (the server restarted, a network cut): transient — the
+    capture reconnects and resumes from what its target holds."""

@@ -1,20 +1,15 @@
-"""What the readers of one CDC source share on disk, beside the pipeline's checkpoints.
+"""The copy's state on disk, beside the capture's journal.
 
-``<state dir>/`` (the pipeline passes ``<checkpoint>/_cdc``):
+``<state dir>/`` (the pipeline passes ``<checkpoint>/_cdc/state``):
 
 * ``state.json`` — the copy's progress per table (where the next chunk starts, rows copied,
   whether it completed and where its ``T`` marker is), the chunk being taken, the position of
   the last watermark (the copy's *frontier*), and where each chunk's window closed;
-* ``positions.json`` — each sink's committed position: the slot is advanced to their minimum;
 * ``chunks/<id>.arrow`` — a copied chunk's rows (key, JSON value) and its snapshot, written and
-  fsynced before its ``H`` watermark, removed once the slot has passed its close;
-* ``spill/<sink>/<end>-<part>.arrow`` — a planned micro-batch's records, so the tasks that run
-  it read them instead of decoding the slot again (a missing file is decoded again: the WAL and
-  the chunk files determine a batch).
+  fsynced before its ``H`` watermark, removed once the capture's journal holds its close.
 
-Every read-modify-write holds ``lock`` (``flock``), so the query processes of one pipeline run
-can share it; taking a chunk holds it throughout, so finding a chunk ``open`` while holding the
-lock means its taker died.
+The copier holds ``lock`` (``flock``) while it runs, so finding a chunk ``open`` while holding
+the lock means its taker died.
 """
 
 from __future__ import annotations
@@ -80,21 +75,6 @@ class SourceState:
     def save(self, state: CopyState) -> None:
         write_json(self.dir / "state.json", asdict(state), durable=True)
 
-    # -- sinks' positions --------------------------------------------------------------------------
-    def positions(self) -> dict[str, int]:
-        try:
-            return {k: int(v) for k, v in json.loads((self.dir / "positions.json").read_text()).items()}
-        except FileNotFoundError:
-            return {}
-
-    def record_position(self, consumer: str, position: int) -> dict[str, int]:
-        """Record that ``consumer`` committed everything up to ``position`` (never moves back)."""
-        with self.locked():
-            positions = self.positions()
-            positions[consumer] = max(position, positions.get(consumer, 0))
-            write_json(self.dir / "positions.json", positions, durable=True)
-            return positions
-
     # -- chunks ------------------------------------------------------------------------------------
     def chunk_path(self, chunk: int) -> Path:
         return self.dir / "chunks" / f"{chunk}.arrow"
@@ -140,37 +120,3 @@ class SourceState:
             table.column("key").combine_chunks(),
             table.column("value").combine_chunks(),
         )
-
-    def forget_chunks(self, passed: int) -> None:
-        """Remove the files of chunks whose window closed at or before ``passed`` (the slot's position)."""
-        with self.locked():
-            state = self.load()
-            gone = [cid for cid, close in state.closes.items() if close <= passed]
-            for cid in gone:
-                with contextlib.suppress(FileNotFoundError):
-                    self.chunk_path(int(cid)).unlink()
-                del state.closes[cid]
-            if gone:
-                self.save(state)
-
-    # -- spilled batches ---------------------------------------------------------------------------
-    def spill_dir(self, consumer: str) -> Path:
-        return self.dir / "spill" / consumer
-
-    def spill_path(self, consumer: str, end: int, part: int) -> Path:
-        return self.spill_dir(consumer) / f"{end:020d}-{part:04d}.arrow"
-
-    def forget_spills(self, consumer: str, upto: int) -> None:
-        """Remove ``consumer``'s spilled batches ending at or before ``upto`` (committed)."""
-        try:
-            names = os.listdir(self.spill_dir(consumer))
-        except FileNotFoundError:
-            return
-        for name in names:
-            try:
-                end = int(name.split("-", 1)[0])
-            except ValueError:
-                continue
-            if end <= upto:
-                with contextlib.suppress(FileNotFoundError):
-                    (self.spill_dir(consumer) / name).unlink()

@@ -43,13 +43,11 @@ LOG_FORMAT = typer.Option("text", "--log-format", help="text or json")
 
 
 def parse_offset(text: str, option: str) -> int:
-    """An offset as a number, or (CDC) as an LSN in PostgreSQL's notation: ``0/16B3748``."""
-    from sluiceway.cdc.pgoutput import parse_lsn
-
+    """An offset: a number (for CDC, an offset in the capture's journal, as the sinks count)."""
     try:
-        return parse_lsn(text) if "/" in text else int(text)
+        return int(text)
     except ValueError:
-        raise fail(f"{option}: expected a number or an LSN like 0/16B3748, got {text!r}") from None
+        raise fail(f"{option}: expected an offset (a whole number), got {text!r}") from None
 
 
 def _spec(path: str) -> Any:
@@ -188,13 +186,22 @@ def _print_cdc(source: dict[str, Any]) -> None:
             "bytes of WAL" + (f", in use by pid {slot['active_pid']}" if slot["active_pid"] else ""),
             highlight=False,
         )
+    journal = source.get("journal")
+    if journal is not None:
+        console.print(
+            f"capture journal {journal['path']}: {journal['records']:,} records, holds the stream up to "
+            f"{journal['position'] or '-'}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
 
 
 @app.command("inspect")
 @friendly_errors
 def inspect_cmd(
     spec: str = SPEC,
-    start: str = typer.Option(..., "--from", help="First offset (inclusive); CDC: an LSN, 0/16B3748."),
+    start: str = typer.Option(..., "--from", help="First offset (inclusive)."),
     end: str = typer.Option(..., "--to", help="Last offset (exclusive)."),
     limit: int = typer.Option(1000, "--limit", help="At most this many records."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per record."),

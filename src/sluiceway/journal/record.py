@@ -24,6 +24,10 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 
+#: A record's ``op`` where it is not implied (the journal stores no op column): its first header.
+#: Written by the CDC capture; restored by the pipeline's journal source.
+OP_HEADER = "sluice.op"
+
 
 class Record(NamedTuple):
     """One committed journal record.

@@ -98,18 +98,13 @@ def _lag(spec: PipelineSpec, committed: dict[str, Any] | None) -> tuple[Any, int
         parts = {k: int(v) for k, v in (committed or {}).items()}
         return parts, sum(max(0, h - parts.get(k, 0)) for k, h in high.items())
     if src.type == "postgres-cdc":
-        # Position: an LSN; lag: bytes of WAL behind the server's (CDC counts no records ahead).
-        from sluiceway.cdc.pgoutput import format_lsn
-        from sluiceway.cdc.postgres import CdcSession
+        # The sinks read the capture's journal: position and lag are offsets in it (the WAL the
+        # capture itself is behind is the source's own figure, in source_status).
+        from sluiceway.pipeline.runner import cdc_log_dir
+        from sluiceway.pipeline.sources.journal import journal_head
 
-        session = CdcSession(src.dsn)
-        try:
-            flushed = session.flush_position()
-        finally:
-            session.close()
-        if committed is None:
-            return None, None
-        return format_lsn(int(committed["lsn"])), max(0, flushed - int(committed["lsn"]))
+        pos = int(committed["offset"]) if committed else 0
+        return pos, max(0, journal_head(str(cdc_log_dir(spec))) - pos)
     if src.type == "nats":
         from sluiceway.pipeline.sources.nats import stream_bounds
 
@@ -170,12 +165,10 @@ def source_status(spec: PipelineSpec) -> dict[str, Any] | None:
     progress, or sync) and the slot (confirmed position, WAL retained). ``None`` for others."""
     if spec.source.type != "postgres-cdc":
         return None
-    from sluiceway.cdc import describe
-    from sluiceway.pipeline.runner import source_format
-    from sluiceway.pipeline.sources.cdc import cdc_options
+    from sluiceway.cdc.service import describe
+    from sluiceway.pipeline.runner import capture_service
 
-    _, opts = source_format(spec, spec.sinks[0].name)
-    return describe(cdc_options(opts))
+    return describe(capture_service(spec))
 
 
 def skip(spec: PipelineSpec, sink: str, offset: int) -> None:
@@ -195,15 +188,7 @@ def inspect(spec: PipelineSpec, start: int, end: int, *, limit: int = 1000) -> p
     if end <= start:
         return pa.Table.from_batches([], schema=RECORD_SCHEMA)
     if src.type == "journal":
-        from sluiceway.journal import Journal, JournalNotFoundError
-        from sluiceway.pipeline.record import with_delete_ops
-
-        try:
-            with Journal.open(src.path, read_only=True) as journal:
-                batches = [with_delete_ops(b) for b in journal.read_arrow(start, min(end, start + limit))]
-        except JournalNotFoundError as exc:
-            raise SourceError(f"no journal at {src.path}") from exc
-        return pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
+        return _journal_records(src.path, start, min(end, start + limit))
     if src.type == "kafka":
         from sluiceway.pipeline.sources.kafka import (
             KafkaAdmin,
@@ -219,7 +204,7 @@ def inspect(spec: PipelineSpec, start: int, end: int, *, limit: int = 1000) -> p
             low, high = admin.watermarks(low=True), admin.watermarks(low=False)
         finally:
             admin.close()
-        batches = []
+        batches: list[pa.RecordBatch] = []
         for key in sorted(high):
             lo, hi = max(start, low[key]), min(end, high[key], start + limit)
             if hi > lo:
@@ -227,15 +212,9 @@ def inspect(spec: PipelineSpec, start: int, end: int, *, limit: int = 1000) -> p
                 batches.extend(read_partition(conf, KafkaPartition(topic, p, lo, hi), 10.0))
         return pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
     if src.type == "postgres-cdc":
-        from sluiceway.pipeline.runner import source_format
-        from sluiceway.pipeline.sources.cdc import CdcReader, cdc_options
+        from sluiceway.pipeline.runner import cdc_log_dir
 
-        _, opts = source_format(spec, spec.sinks[0].name)
-        reader = CdcReader(cdc_options(opts))
-        try:
-            return pa.Table.from_batches([reader.peek(start, end, limit)], schema=RECORD_SCHEMA)
-        finally:
-            reader.close()
+        return _journal_records(str(cdc_log_dir(spec)), start, min(end, start + limit))
     if src.type == "nats":
         from sluiceway.pipeline.sources.nats import NatsPartition, read_range
 
@@ -255,3 +234,15 @@ def inspect(spec: PipelineSpec, start: int, end: int, *, limit: int = 1000) -> p
         return state.peek(start, end, limit)
     finally:
         state.close()
+
+
+def _journal_records(path: str, start: int, end: int) -> pa.Table:
+    from sluiceway.journal import Journal, JournalNotFoundError
+    from sluiceway.pipeline.record import with_delete_ops, with_header_ops
+
+    try:
+        with Journal.open(path, read_only=True) as journal:
+            batches = [with_header_ops(with_delete_ops(b)) for b in journal.read_arrow(start, end)]
+    except JournalNotFoundError as exc:
+        raise SourceError(f"no journal at {path}") from exc
+    return pa.Table.from_batches(batches, schema=RECORD_SCHEMA)

@@ -13,10 +13,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluiceway.journal.record import ARROW_SCHEMA as _JOURNAL_SCHEMA
+from sluiceway.journal.record import OP_HEADER
 
 #: The Arrow schema of a record batch (identical to the journal's bulk-read schema).
 RECORD_SCHEMA: pa.Schema = _JOURNAL_SCHEMA
@@ -30,6 +32,7 @@ RECORD_DDL = (
 RECORD_COLUMNS: tuple[str, ...] = tuple(RECORD_SCHEMA.names)
 
 _DELETE = pa.scalar("delete", pa.string())
+_OP_HEADER = pa.scalar(OP_HEADER, pa.string())
 
 
 @dataclasses.dataclass(slots=True)
@@ -130,6 +133,30 @@ def with_delete_ops(batch: pa.RecordBatch) -> pa.RecordBatch:
     i = batch.schema.get_field_index("op")
     op = pc.if_else(pc.is_null(value), _DELETE, batch.column(i))
     return batch.set_column(i, batch.schema.field(i), op)
+
+
+def with_header_ops(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Records whose first header is ``sluice.op`` get that ``op`` (a CDC capture's records read
+    back from its journal) — vectorised, and free for a batch without headers."""
+    headers = batch.column("headers")
+    if len(headers.values) == 0:
+        return batch
+    offsets = np.asarray(headers.offsets, dtype=np.int64)
+    has = offsets[1:] > offsets[:-1]
+    if headers.null_count:
+        has &= np.asarray(headers.is_valid(), dtype=bool)
+    rows = np.flatnonzero(has)
+    if not len(rows):
+        return batch
+    first = headers.values.take(pa.array(offsets[rows]))
+    marked = pc.equal(first.field("key"), _OP_HEADER).fill_null(False)
+    if not pc.any(marked).as_py():
+        return batch
+    i = batch.schema.get_field_index("op")
+    mask = np.zeros(batch.num_rows, dtype=bool)
+    mask[rows[np.asarray(marked, dtype=bool)]] = True
+    ops = pc.replace_with_mask(batch.column(i), pa.array(mask), first.field("value").filter(marked))
+    return batch.set_column(i, batch.schema.field(i), ops)
 
 
 def empty_batch(schema: pa.Schema = RECORD_SCHEMA) -> pa.RecordBatch:

@@ -37,8 +37,8 @@ STOP_GRACE = 25.0
 
 
 def register_sources(spark: Any) -> None:
-    """Register ``sluice-journal``, ``sluice-kafka``, ``sluice-outbox`` and ``sluice-postgres-cdc``
-    with a session.
+    """Register the sluiceway data sources (``sluice-journal``, ``sluice-kafka``, ``sluice-outbox``,
+    ``sluice-nats``, ``sluice-redis``, and ``sluice-postgres-cdc`` for batch copies) with a session.
 
     >>> register_sources(spark)                                            # doctest: +SKIP
     >>> spark.readStream.format("sluice-journal").option("path", "./data/journal").load()
@@ -94,9 +94,34 @@ def register_query_source(spark: Any, fmt: str, query: str) -> str:
     return alias
 
 
-def cdc_state_dir(spec: PipelineSpec) -> str:
-    """Where the sinks of a CDC pipeline share the copy and their positions (beside their checkpoints)."""
-    return str(Path(spec.checkpoint) / "_cdc")
+def cdc_root(spec: PipelineSpec) -> Path:
+    """Where a CDC pipeline's capture keeps its journal and the copy's state (beside the checkpoints)."""
+    return Path(spec.checkpoint) / "_cdc"
+
+
+def cdc_log_dir(spec: PipelineSpec) -> Path:
+    from sluiceway.cdc.service import log_path
+
+    return log_path(cdc_root(spec))
+
+
+def capture_service(spec: PipelineSpec) -> Any:
+    """The capture of a ``postgres-cdc`` pipeline (slot → journal), not yet prepared."""
+    from sluiceway.cdc.capture import CaptureOptions
+    from sluiceway.cdc.service import CaptureService, state_path
+
+    src = spec.source
+    assert src.type == "postgres-cdc"
+    options = CaptureOptions(
+        dsn=src.dsn,
+        tables=src.tables if isinstance(src.tables, str) else tuple(src.tables),
+        slot=src.slot,
+        publication=src.publication,
+        state_dir=str(state_path(cdc_root(spec))),
+        snapshot=src.snapshot,
+        chunk_size=src.chunk_size,
+    )
+    return CaptureService(options, cdc_log_dir(spec))
 
 
 def source_format(
@@ -118,22 +143,15 @@ def source_format(
         opts.update({f"kafka.{k}": v for k, v in src.config.items()})
         fmt = "sluice-kafka"
     elif src.type == "postgres-cdc":
+        # The capture streams the slot into this journal (sluiceway.cdc.service); each sink reads
+        # it at its own offset, as from any journal, its ops carried in a header.
         opts.update(
-            dsn=src.dsn,
-            slot=src.slot,
-            publication=src.publication,
-            snapshot=src.snapshot,
-            chunkSize=str(src.chunk_size),
-            numPartitions=str(src.partitions),
-            stateDir=cdc_state_dir(spec),
-            consumer=sink,
-            consumers=",".join(s.name for s in spec.sinks),
-            owner=owner or spec.name,
+            path=str(cdc_log_dir(spec)),
+            startingOffset="0",
+            consumer=f"{spec.name}.{sink}",
+            minPartitions=str(src.partitions),
         )
-        opts["tablesPattern" if isinstance(src.tables, str) else "tables"] = (
-            src.tables if isinstance(src.tables, str) else ",".join(src.tables)
-        )
-        fmt = "sluice-postgres-cdc"
+        fmt = "sluice-journal"
     elif src.type == "nats":
         opts.update(servers=",".join(src.servers), stream=src.stream, startingOffset=str(src.starting_offset))
         if src.subject:
@@ -208,8 +226,12 @@ class Pipeline:
         self._stop = threading.Event()
         #: Set when this run stops: its sinks' batches that have not started write nothing.
         self._stopping = threading.Event()
-        #: Names this run to sources that admit one run at a time (a CDC slot).
+        #: Names this run to sources that admit one run at a time.
         self.run_id = f"{spec.name}-{uuid.uuid4().hex[:8]}"
+        #: A CDC pipeline's capture (slot → journal), once prepared.
+        self.capture: Any = None
+        #: What ended the run other than a sink (the capture failing).
+        self.failure: BaseException | None = None
         self._reported: set[str] = set()
 
     @classmethod
@@ -244,8 +266,13 @@ class Pipeline:
     def start(self, *, once: bool = False, sinks: list[str] | None = None) -> dict[str, Any]:
         self._stopping.clear()
         self.preflight()
-        for s in sinks or [s.name for s in self.spec.sinks]:
-            self.start_sink(s, once=once)
+        try:
+            self._start_capture(once)
+            for s in sinks or [s.name for s in self.spec.sinks]:
+                self.start_sink(s, once=once)
+        except BaseException:
+            self._stop_capture()
+            raise
         return dict(self.queries)
 
     # -- waiting and stopping --------------------------------------------------------------------
@@ -281,6 +308,7 @@ class Pipeline:
                 query.stop()
         for handler in self.handlers.values():
             handler.close()
+        self._stop_capture()
 
     def wait(self, timeout: float | None = None) -> dict[str, SinkRun]:
         """Block until every query has ended (or a stop was requested, or ``timeout``)."""
@@ -292,6 +320,11 @@ class Pipeline:
                 break
             self._stop.wait(0.2)
             self._report_failures()
+            if self.capture is not None and self.capture.error is not None:
+                # The sinks cannot get further than the capture: stop them, say why in one line.
+                log.error("pipeline %s: %s", self.spec.name, first_line(str(self.capture.error)))
+                self.failure = self.capture.error
+                break
         if self._stop.is_set():
             self.stop()
         return {s: self.outcome(s) for s in self.queries}
@@ -323,6 +356,9 @@ class Pipeline:
                     self.stop()
                 for handler in self.handlers.values():
                     handler.close()
+                self._stop_capture()
+        if self.failure is not None:
+            raise self.failure
         for sink, outcome in runs.items():
             if outcome.state in ("finished", "stopped"):
                 self._commit_source(sink)
@@ -332,49 +368,46 @@ class Pipeline:
         """Check what a source needs before any query starts, so a problem is one clear line.
 
         For CDC: the server's settings and our privileges, the tables, the publication and the
-        slot (created when missing), and that no other run reads the slot.
+        slot (created when missing), that no one else reads the slot, and that the capture's
+        journal is not behind it. The capture stays prepared for :meth:`start`.
         """
-        if self.spec.source.type != "postgres-cdc":
+        if self.spec.source.type != "postgres-cdc" or self.capture is not None:
             return
-        reader = self.cdc_reader(self.spec.sinks[0].name)
-        try:
-            reader.prepare()
-        finally:
-            reader.close()
+        service = capture_service(self.spec)
+        service.prepare()
+        self.capture = service
 
-    def cdc_reader(self, sink: str) -> Any:
-        from sluiceway.cdc import CdcReader
-        from sluiceway.pipeline.sources.cdc import cdc_options
+    def _start_capture(self, once: bool) -> None:
+        """CDC: ``--once`` captures up to now first, then the sinks read the journal to its end;
+        a continuous run captures on a background thread while the sinks follow the journal."""
+        service = self.capture
+        if service is None:
+            return
+        if once:
+            self.capture = None
+            service.catch_up()
+        else:
+            service.start()
 
-        _, opts = source_format(self.spec, sink, owner=self.run_id)
-        return CdcReader(cdc_options(opts))
+    def _stop_capture(self) -> None:
+        service, self.capture = self.capture, None
+        if service is not None:
+            service.close()
 
     def _commit_source(self, sink: str) -> None:
-        """Tell the source that the sink's last committed batch is done (outbox: purge its rows;
-        CDC: let the slot move past it once every sink has).
+        """Tell the source that the sink's last committed batch is done (outbox: purge its rows).
 
         Spark commits a batch to its source only when it plans the next one, so a run that ends
-        (``--once``, a stop) would leave the last batch's rows claimed (the WAL held) until the
-        next run. The checkpoint's commit log says the batch is done; committing it now is what
-        Spark would do.
+        (``--once``, a stop) would leave the last batch's rows claimed until the next run. The
+        checkpoint's commit log says the batch is done; committing it now is what Spark would do.
         """
-        if self.spec.source.type not in ("outbox", "postgres-cdc"):
+        if self.spec.source.type != "outbox":
             return
         from sluiceway.pipeline.operator import read_checkpoint
-
-        cp = read_checkpoint(self.spec.checkpoint_dir(sink))
-        if cp.committed is None:
-            return
-        if self.spec.source.type == "postgres-cdc":
-            reader = self.cdc_reader(sink)
-            try:
-                reader.commit(int(cp.committed["lsn"]))
-            finally:
-                reader.close()
-            return
         from sluiceway.pipeline.sources.outbox import OutboxState
 
-        if "batch" not in cp.committed:
+        cp = read_checkpoint(self.spec.checkpoint_dir(sink))
+        if cp.committed is None or "batch" not in cp.committed:
             return
         state = OutboxState(self.spec.source.dsn, self.spec.source.table)
         try:

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 
 from sluiceway.journal import Journal, JournalLockedError, JournalNotFoundError
 from sluiceway.pipeline.offsets import next_end, split_range
-from sluiceway.pipeline.record import RECORD_SCHEMA, with_delete_ops
+from sluiceway.pipeline.record import RECORD_SCHEMA, with_delete_ops, with_header_ops
 from sluiceway.pipeline.sources.common import (
     RecordSource,
     int_option,
@@ -76,7 +76,7 @@ def read_range(path: str, lo: int, hi: int, rows: int = _READ_ROWS) -> Iterator[
     with Journal.open(path, read_only=True) as journal:
         for batch in journal.read_arrow(lo, hi, max_rows=rows):
             if batch.num_rows:
-                yield with_delete_ops(batch)
+                yield with_header_ops(with_delete_ops(batch))
 
 
 def plan(path: str, lo: int, hi: int, options: Any) -> list[JournalPartition]:

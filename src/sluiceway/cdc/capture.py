@@ -1,0 +1,438 @@
+"""The capture: stream a logical slot once, append every change to a target, confirm what it holds.
+
+Seed 002's shape: the reader appends each message to its own commit log and each writer keeps
+its own offset in that log. Here the slot is read once over the replication protocol
+(:mod:`~sluiceway.cdc.stream`), each change decoded once by the server and parsed once by us,
+and appended in commit order to a :class:`~sluiceway.cdc.target.CaptureTarget` (a journal);
+the server is told to release WAL only up to what the target holds durably. The pipeline's
+sinks read the journal, each at its own offset: a stopped sink holds journal segments, never
+WAL on the database.
+
+Three threads, one job each:
+
+* the **receiver** (in :class:`~sluiceway.cdc.stream.ReplicationStream`) reads messages and
+  hands them over in lists;
+* the **appender** (:meth:`Capture.run`, on the caller's thread) cuts them into *units* — a
+  committed transaction, or one of our watermarks — and, whenever the hand-over queue runs dry
+  or enough has gathered, assembles the complete units (:func:`~sluiceway.cdc.assemble.assemble`,
+  the same pure code the copy's watermark method lives in) and appends them as one append: a
+  group commit whose size follows the load;
+* the **copier** (while a copy runs) takes chunks with the DBLog watermark method: ``L``, the
+  chunk's rows under a fresh snapshot, saved, ``H``. The watermarks come back through the
+  stream, where the appender puts the chunk's rows in place. At most one chunk is read ahead
+  of what the appender has appended, so chunk files stay few.
+
+Restart after a crash: the target's position (a journal register committed with the records)
+says where to resume; the server resends from the slot's confirmed position, which is never
+ahead of it, and whatever the target already holds is passed over — no loss, no second copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from sluiceway.cdc.assemble import assemble
+from sluiceway.cdc.errors import CdcError, LostChangesError, StreamInterrupted
+from sluiceway.cdc.model import Row, TableInfo, watermark_prefix
+from sluiceway.cdc.pgoutput import Commit, Message, decode, format_lsn
+from sluiceway.cdc.postgres import CdcSession, TableSpec, check_publication_name, check_slot_name
+from sluiceway.cdc.state import CopyState, SourceState, TableCopy
+from sluiceway.cdc.stream import ReplicationStream, StreamOptions, local_socket_dsn
+from sluiceway.cdc.target import CaptureTarget
+
+log = logging.getLogger("sluiceway.cdc")
+
+_RELID = struct.Struct(">I")
+
+
+@dataclass(frozen=True)
+class CaptureOptions:
+    dsn: str
+    #: Table names, or one regular expression over ``schema.table``.
+    tables: tuple[str, ...] | str
+    slot: str
+    publication: str
+    #: Where the copy's progress and chunk files live.
+    state_dir: str
+    snapshot: str = "initial"
+    chunk_size: int = 10_000
+    #: Records per append at most (an append never splits a transaction).
+    max_append: int = 50_000
+    #: With nothing of ours in the stream for this many WAL bytes, write a heartbeat watermark so
+    #: the slot can move on (pgoutput sends nothing for transactions on other tables).
+    heartbeat_bytes: int = 16 << 20
+    #: Stream over the server's Unix socket when it is on this host.
+    unix_socket: bool = True
+    #: Seconds to wait for another reader of the slot to go (a capture that just stopped).
+    busy_timeout: float = 10.0
+
+    def __post_init__(self) -> None:
+        check_slot_name(self.slot)
+        check_publication_name(self.publication)
+        if self.snapshot not in ("initial", "never"):
+            raise CdcError(f"snapshot must be 'initial' or 'never', got {self.snapshot!r}")
+        if self.chunk_size < 1 or self.max_append < 1:
+            raise CdcError("chunk_size and max_append must be at least 1")
+
+
+@dataclass
+class _Unit:
+    """A committed transaction's messages, or one watermark; ``position``: where it ends."""
+
+    position: int
+    rows: list[Row]
+
+
+@dataclass
+class Capture:
+    """Streams ``options.slot`` into ``target``. ``run()`` until stopped, or ``catch_up()``.
+
+    >>> capture = Capture(options, JournalTarget("./data/cdc"))      # doctest: +SKIP
+    >>> capture.prepare(); capture.catch_up()                           # doctest: +SKIP
+    """
+
+    options: CaptureOptions
+    target: CaptureTarget
+    #: Position the target holds everything up to (what is confirmed to the server).
+    position: int = 0
+    appended: int = 0
+    _session: CdcSession | None = field(default=None, repr=False)
+    _tables: list[TableSpec] = field(default_factory=list, repr=False)
+    _stream: ReplicationStream | None = field(default=None, repr=False)
+    _copier: threading.Thread | None = field(default=None, repr=False)
+    _copy_error: BaseException | None = field(default=None, repr=False)
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    _moved: threading.Condition = field(default_factory=threading.Condition, repr=False)
+    copy_done: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def prefix(self) -> str:
+        return watermark_prefix(self.options.slot)
+
+    @property
+    def store(self) -> SourceState:
+        return SourceState(self.options.state_dir)
+
+    @property
+    def session(self) -> CdcSession:
+        if self._session is None:
+            self._session = CdcSession(self.options.dsn)
+        return self._session
+
+    # -- set-up ------------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Check the server, create publication and slot if missing, and find where to resume."""
+        opts, session = self.options, self.session
+        session.check_server()
+        self._tables = session.resolve_tables(opts.tables)
+        session.ensure_publication(opts.publication, self._tables)  # before the slot (pgoutput)
+        info, created = session.ensure_slot(opts.slot)
+        deadline = time.monotonic() + opts.busy_timeout
+        while info.active_pid is not None and time.monotonic() < deadline:
+            # A capture that just stopped leaves its walsender for a moment; a running one stays.
+            time.sleep(0.2)
+            info = session.slot(opts.slot) or info
+        if info.active_pid is not None:
+            raise CdcError(
+                f"replication slot {opts.slot!r} is being read by another process (pid {info.active_pid}): "
+                "stop it first, or give this capture a slot of its own"
+            )
+        held = self.target.position()
+        if held is None:
+            # A new target: it starts where the slot is (created now, or kept from before).
+            self.target.append(_empty(), info.confirmed)
+            held = info.confirmed
+        elif info.confirmed > held or (created and info.confirmed != held):
+            raise LostChangesError(
+                f"the capture's log holds changes up to {format_lsn(held)} but slot {opts.slot!r} is at "
+                f"{format_lsn(info.confirmed)}: the changes in between are gone (was the slot dropped "
+                "and created again?). Start from a fresh log and checkpoint to copy the tables again."
+            )
+        self.position = held
+
+    def _stream_options(self) -> StreamOptions:
+        opts = self.options
+        socket = None
+        if opts.unix_socket:
+            row = self.session.db.fetchall(
+                "SELECT current_setting('unix_socket_directories'), current_setting('port')::int",
+                None,
+                what="cdc: socket",
+            )[0]
+            socket = local_socket_dsn(opts.dsn, str(row[0]), int(row[1]))
+        return StreamOptions(opts.dsn, opts.slot, opts.publication, unix_socket=socket)
+
+    # -- running -----------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start streaming (and the copier, while a copy is due). ``prepare()`` first."""
+        self._stream = ReplicationStream(self._stream_options())
+        self._stream.start(self.position)
+        if self.copying():
+            self._copier = threading.Thread(target=self._copy, name="sluice-cdc-copy", daemon=True)
+            self._copier.start()
+        else:
+            self.copy_done.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._moved:
+            self._moved.notify_all()
+
+    def close(self) -> None:
+        self.stop()
+        if self._copier is not None:
+            self._copier.join(30)
+        if self._stream is not None:
+            self._stream.stop()
+            self._stream = None
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+    def run(self, until: Callable[[], bool] | None = None) -> None:
+        """The appender loop, until :meth:`stop` or ``until()`` holds; raises what stopped the stream."""
+        stream = self._stream
+        assert stream is not None, "start() first"
+        units: deque[_Unit] = deque()
+        relations: dict[int, Row] = {}  # the latest Relation message per relation id, as of ``units``
+        txn: list[Row] | None = None
+        gathered = 0
+        waiting = False  # the units left need a watermark still to come
+        idle_since = time.monotonic()
+        while not self._stop.is_set():
+            if self._copy_error is not None:
+                raise self._copy_error
+            handover = stream.take(0.05) if waiting or not units else stream.take_nowait()
+            if handover is None:
+                raise _stream_error(stream)
+            for lsn, data in handover:
+                kind = data[0]
+                if txn is not None:
+                    txn.append((lsn, 0, data))
+                    if kind == 0x43:  # 'C'
+                        commit = decode(data)
+                        assert isinstance(commit, Commit)
+                        if commit.end_lsn > self.position:
+                            units.append(_Unit(commit.end_lsn, txn))
+                            gathered += len(txn)
+                        else:  # resent after a restart: the target has it (its relations still count)
+                            _track_relations(txn, relations)
+                        txn = None
+                elif kind == 0x42:  # 'B'
+                    txn = [(lsn, 0, data)]
+                elif kind == 0x4D:  # 'M' between transactions: a non-transactional message
+                    message = decode(data)
+                    assert isinstance(message, Message)
+                    if message.lsn > self.position:
+                        units.append(_Unit(message.lsn, [(lsn, 0, data)]))
+                        gathered += 1
+                elif kind == 0x52:  # 'R' outside a transaction (not sent so by pgoutput, but harmless)
+                    relations[_RELID.unpack_from(data, 1)[0]] = (lsn, 0, data)
+            if units and (not handover or gathered >= self.options.max_append or waiting):
+                waiting = not self._append(units, relations)
+                gathered = sum(len(u.rows) for u in units)
+                idle_since = time.monotonic()
+            elif not units and txn is None and time.monotonic() - idle_since > 1.0:
+                self._heartbeat(stream)
+                idle_since = time.monotonic()
+            if until is not None and not units and until():
+                return
+
+    def _append(self, units: deque[_Unit], relations: dict[int, Row]) -> bool:
+        """Append what of ``units`` is complete; whether any unit was consumed (a chunk window
+        whose close has not arrived yet holds back the units from its ``L`` on)."""
+        rows: list[Row] = list(relations.values())
+        for unit in units:
+            rows.extend(unit.rows)
+        asm = assemble(
+            rows,
+            start=self.position,
+            limit=self.options.max_append,
+            prefix=self.prefix,
+            tables=self._infos,
+            types=self.session.types,
+            chunks=self.store.load_chunk,
+        )
+        if asm.end > self.position:
+            self.target.append(asm.batch, asm.end)
+            self.appended += asm.records
+            if self._stream is not None:
+                self._stream.confirm(asm.end)
+        consumed = False
+        while units and units[0].position <= max(asm.end, self.position):
+            consumed = True
+            _track_relations(units.popleft().rows, relations)
+        with self._moved:
+            self.position = max(self.position, asm.end)
+            self._moved.notify_all()
+        return consumed
+
+    @property
+    def _infos(self) -> dict[str, TableInfo]:
+        return {t.namespace: TableInfo(t.key) for t in self._tables}
+
+    def _heartbeat(self, stream: ReplicationStream) -> None:
+        if stream.wal_end - self.position >= self.options.heartbeat_bytes:
+            self.session.emit(self.prefix, "P")
+
+    def sync_point(self) -> int:
+        """Write a heartbeat watermark now; its position (the capture has caught up once past it)."""
+        return self.session.emit(self.prefix, "P")
+
+    def catch_up(self, timeout: float | None = None) -> None:
+        """Stream until the copy is complete and every change committed before now is appended."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        point: list[int] = []
+
+        def caught_up() -> bool:
+            if deadline is not None and time.monotonic() > deadline:
+                raise CdcError(f"the capture did not catch up within {timeout} s")
+            if not self.copy_done.is_set():
+                return False
+            if not point:
+                point.append(self.sync_point())
+            return self.position >= point[0]
+
+        self.run(until=caught_up)
+
+    def wait_for(self, position: int, timeout: float) -> bool:
+        """Block until the target holds ``position`` (for the copier's read-ahead and for tests)."""
+        deadline = time.monotonic() + timeout
+        with self._moved:
+            while self.position < position and not self._stop.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._moved.wait(min(left, 0.5))
+        return self.position >= position
+
+    # -- the copy ----------------------------------------------------------------------------------
+    def copying(self, state: CopyState | None = None) -> bool:
+        if self.options.snapshot != "initial":
+            return False
+        state = state or self.store.load()
+        return not all(state.tables.get(t.namespace, TableCopy()).done for t in self._tables)
+
+    def _copy(self) -> None:
+        session = CdcSession(self.options.dsn)
+        store = self.store
+        try:
+            with store.locked():
+                state = store.load()
+                if state.open is not None:
+                    # Its taker stopped between L and H: close the window so the stream moves on.
+                    log.warning(
+                        "cdc: chunk %d was left open by a capture that stopped; abandoned it", state.open
+                    )
+                    state.closes[str(state.open)] = session.emit(self.prefix, f"A {state.open}")
+                    state.open = None
+                    store.save(state)
+                for table in self._tables:
+                    progress = state.tables.setdefault(table.namespace, TableCopy())
+                    while not progress.done and not self._stop.is_set():
+                        # Read ahead by one chunk at most: the previous chunk's window must be appended.
+                        while not self.wait_for(state.frontier, 1.0):
+                            if self._stop.is_set():
+                                return
+                        self._forget_chunks(state)
+                        self._take_chunk(session, table, state, progress)
+                if not self._stop.is_set() and state.done_at is None:
+                    state.done_at = state.frontier
+                    store.save(state)
+                    log.info("cdc: the copy of every table is complete")
+            if not self._stop.is_set():
+                self.wait_for(state.frontier, 3600)
+                with store.locked():
+                    self._forget_chunks(state)
+                self.copy_done.set()
+        except BaseException as exc:
+            if not self._stop.is_set():
+                self._copy_error = exc
+        finally:
+            session.close()
+
+    def _forget_chunks(self, state: CopyState) -> None:
+        """Remove the files of chunks whose window the target has passed (called by the copier only)."""
+        gone = [cid for cid, close in state.closes.items() if close <= self.position]
+        for cid in gone:
+            self.store.chunk_path(int(cid)).unlink(missing_ok=True)
+            del state.closes[cid]
+        if gone:
+            self.store.save(state)
+
+    def _take_chunk(
+        self, session: CdcSession, table: TableSpec, state: CopyState, progress: TableCopy
+    ) -> None:
+        store = self.store
+        chunk = state.next_chunk
+        state.next_chunk += 1
+        state.open = chunk
+        store.save(state)
+        try:
+            session.emit(self.prefix, f"L {chunk} {table.namespace}")
+            read = session.read_chunk(table, progress.last, self.options.chunk_size)
+            store.write_chunk(chunk, table.namespace, read.snapshot, read.read_time, read.keys, read.values)
+            close = session.emit(self.prefix, f"H {chunk}")
+        except BaseException:
+            try:
+                state.closes[str(chunk)] = session.emit(self.prefix, f"A {chunk}")
+                state.open = None
+                store.save(state)
+            except Exception as exc:  # the next run abandons it instead
+                log.warning("cdc: could not abandon chunk %d: %s", chunk, exc)
+            raise
+        state.closes[str(chunk)] = close
+        state.open, state.frontier = None, close
+        progress.last = read.last
+        progress.rows += len(read.keys)
+        progress.chunks += 1
+        if read.done:
+            progress.done = True
+            progress.completed_at = state.frontier = session.emit(self.prefix, f"T {table.namespace}")
+            log.info("cdc: copied %s (%d rows in %d chunks)", table.namespace, progress.rows, progress.chunks)
+        store.save(state)
+
+
+def _track_relations(rows: list[Row], relations: dict[int, Row]) -> None:
+    """Keep the latest Relation message per relation id: later transactions refer to it."""
+    for row in rows:
+        if row[2][0] == 0x52:  # 'R'
+            relations[_RELID.unpack_from(row[2], 1)[0]] = row
+
+
+def _empty() -> pa.RecordBatch:
+    from sluiceway.journal.record import ARROW_SCHEMA
+
+    return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
+
+
+def _stream_error(stream: ReplicationStream) -> CdcError:
+    error = stream.error
+    if error is None:
+        return StreamInterrupted("the replication stream ended")
+    text = str(error).strip().splitlines()
+    reason = text[0] if text else type(error).__name__
+    import psycopg2
+
+    # A lost connection is transient (the server restarts, a network cut): libpq's own errors
+    # carry no SQLSTATE, and the server's shutdown and connection ones are classes 57 and 08.
+    # Anything else the server reports — a slot dropped while we read it — is for the operator;
+    # the reconnect's checks would name it anyway.
+    code = getattr(error, "pgcode", None) or ""
+    lost = isinstance(error, psycopg2.Error) and (not code or code[:2] in ("57", "08"))
+    kind = StreamInterrupted if lost else CdcError
+    err = kind(f"the replication stream from slot {stream.options.slot!r} ended: {reason}")
+    err.__cause__ = error
+    return err

@@ -1,0 +1,196 @@
+"""A capture into a journal, run beside whatever reads it (the pipeline's driver, a test).
+
+Where it runs, and why: on a thread of the process that starts it (the pipeline's Spark driver).
+The driver's Python is idle while a streaming pipeline runs — Spark plans in the JVM and the
+sinks write from the executors' Python workers — so the thread does not compete for much; one
+process means one thing to stop, to signal, or to kill: a ``kill -9`` of the pipeline ends the
+capture too, and no orphaned capture keeps the journal's writer lock or the slot. The receiver
+inside it reads the socket on a thread of its own (psycopg2 waits without the GIL).
+
+Layout under the pipeline's checkpoint: ``_cdc/log`` (the journal the sinks read), ``_cdc/state``
+(the copy's progress and chunk files).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from sluiceway.cdc.capture import Capture, CaptureOptions
+from sluiceway.cdc.errors import StreamInterrupted
+from sluiceway.cdc.pgoutput import format_lsn
+from sluiceway.cdc.target import JournalTarget
+from sluiceway.errors import DatabaseUnavailableError
+
+log = logging.getLogger("sluiceway.cdc")
+
+
+def log_path(root: str | Path) -> Path:
+    return Path(root) / "log"
+
+
+def state_path(root: str | Path) -> Path:
+    return Path(root) / "state"
+
+
+class CaptureService:
+    """``prepare()`` (checks; one line per problem), then ``catch_up()`` or ``start()``…``close()``."""
+
+    def __init__(self, options: CaptureOptions, log_dir: str | Path) -> None:
+        self.options = options
+        self.log_dir = Path(log_dir)
+        self.target: JournalTarget | None = None
+        self.capture: Capture | None = None
+        self._thread: threading.Thread | None = None
+        #: What ended the background capture, if it failed.
+        self.error: BaseException | None = None
+        self._closing = threading.Event()
+
+    def prepare(self) -> Capture:
+        self.log_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.target = JournalTarget(str(self.log_dir))
+        self.capture = Capture(self.options, self.target)
+        try:
+            self.capture.prepare()
+        except BaseException:
+            self.close()
+            raise
+        return self.capture
+
+    def catch_up(self, timeout: float | None = None) -> None:
+        """Copy what is still to copy and append every change committed before now; then stop."""
+        capture = self.capture or self.prepare()
+        capture.start()
+        try:
+            capture.catch_up(timeout)
+        finally:
+            self.close()
+
+    def start(self) -> None:
+        """Capture on a background thread until :meth:`close`; a failure is kept in :attr:`error`."""
+        capture = self.capture or self.prepare()
+        capture.start()
+        self._thread = threading.Thread(target=self._run, name="sluice-cdc-capture", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        """Capture until closed. A lost connection or an unreachable server is waited out with
+        backoff (one warning per outage); anything else ends the capture, kept in :attr:`error`."""
+        delay, warned = 0.5, False
+        while True:
+            capture = self.capture
+            if capture is None:
+                return
+            try:
+                capture.run()
+                return
+            except (StreamInterrupted, DatabaseUnavailableError) as exc:
+                if self._closing.is_set():
+                    return
+                if not warned:
+                    log.warning("cdc: %s; reconnecting (with backoff) to resume from the journal", exc)
+                    warned = True
+            except BaseException as exc:
+                self.error = exc
+                log.error("cdc: the capture stopped: %s", exc)
+                return
+            # A fresh capture on the same journal: it resumes from what the journal holds.
+            capture.close()
+            while not self._closing.wait(delay):
+                delay = min(delay * 2, 10.0)
+                retry = Capture(self.options, capture.target)
+                try:
+                    retry.prepare()
+                    retry.start()
+                except (StreamInterrupted, DatabaseUnavailableError):
+                    retry.close()
+                    continue
+                except BaseException as exc:
+                    retry.close()
+                    self.error = exc
+                    log.error("cdc: the capture stopped: %s", exc)
+                    return
+                log.info("cdc: reconnected; capturing from %s", format_lsn(retry.position))
+                self.capture, delay, warned = retry, 0.5, False
+                if self._closing.is_set():  # closed while this one started
+                    retry.stop()
+                break
+            if self._closing.is_set():
+                return
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def close(self) -> None:
+        self._closing.set()
+        if self.capture is not None:
+            self.capture.stop()
+        if self._thread is not None:
+            self._thread.join(30)
+            self._thread = None
+        if self.capture is not None:
+            self.capture.close()
+            self.capture = None
+        if self.target is not None:
+            self.target.close()
+            self.target = None
+
+
+def describe(service: CaptureService) -> dict[str, Any]:
+    """Per table: copy phase and progress; the slot (confirmed position, WAL it retains); the
+    capture's journal (records, and the stream position it holds). Reads only."""
+    from sluiceway.cdc.pgoutput import format_lsn
+    from sluiceway.cdc.postgres import CdcSession
+    from sluiceway.cdc.state import SourceState, TableCopy
+    from sluiceway.cdc.target import POSITION_REGISTER
+    from sluiceway.journal import Journal, JournalNotFoundError
+
+    options = service.options
+    session = CdcSession(options.dsn)
+    try:
+        state = SourceState(options.state_dir).load()
+        tables = []
+        for table in session.resolve_tables(options.tables):
+            progress = state.tables.get(table.namespace, TableCopy())
+            phase = "sync" if options.snapshot != "initial" or progress.done else "copy"
+            tables.append(
+                {
+                    "table": table.namespace,
+                    "phase": phase,
+                    "rows_copied": progress.rows,
+                    "chunks": progress.chunks,
+                    "complete_at": None
+                    if progress.completed_at is None
+                    else format_lsn(progress.completed_at),
+                }
+            )
+        info = session.slot(options.slot)
+    finally:
+        session.close()
+    slot = (
+        None
+        if info is None
+        else {
+            "slot": options.slot,
+            "confirmed_lsn": format_lsn(info.confirmed),
+            "restart_lsn": format_lsn(info.restart),
+            "wal_retained_bytes": info.retained,
+            "active_pid": info.active_pid,
+        }
+    )
+    journal: dict[str, Any] | None = None
+    try:
+        with Journal.open(service.log_dir, read_only=True) as log_journal:
+            held = log_journal.registers().get(POSITION_REGISTER)
+            journal = {
+                "path": str(service.log_dir),
+                "records": log_journal.head,
+                "position": None if held is None else format_lsn(int(held)),
+                "consumers": log_journal.consumers(),
+            }
+    except JournalNotFoundError:
+        pass
+    return {"tables": tables, "slot": slot, "journal": journal}
