@@ -1,37 +1,38 @@
-"""Change data capture benchmark: the postgres-cdc source against PostgreSQL's own ceilings.
+"""Change data capture benchmark: the capture (slot → journal) against PostgreSQL's own ceilings.
 
-(a) sync: the same N changes (inserts in transactions of T rows) read through the
-    ``sluice-postgres-cdc`` source into Spark's ``noop`` sink (``availableNow``), against a raw
-    ``pg_logical_slot_get_binary_changes`` drain of the same changes by a client (same slot
-    options, rows fetched, nothing parsed). The slots are created at the same position before
-    the changes are written. The source's rate is given end to end (query start included) and
-    steady (its micro-batches only, from Spark's progress reports). Also measured, to show where
-    the time goes: the reader alone (decoding into Arrow, no Spark), Spark's own ceiling for a
-    Python source (``bench-arrow``: the same records, already decoded, handed over from a file),
-    and a whole pipeline into a journal sink.
-(b) copy: a table of M rows copied by the source (``snapshot: initial``, chunks) into ``noop``,
-    against ``COPY table TO STDOUT`` read by a client; and against the server's own JSON ceiling,
+(a) sync: the same N changes (inserts in transactions of T rows) captured into a journal (fsync on,
+    durable) by the capture engine, against a raw streaming receiver of the same slot contents
+    (psycopg2's replication protocol, receive only, nothing parsed), over the same connection
+    kind — loopback TCP and the Unix socket both — and against a raw SQL drain
+    (``pg_logical_slot_get_binary_changes``, rows fetched, nothing parsed; what the old source
+    was built on). Slots are created at the same position before the changes are written.
+(b) the server's decoding work: CPU time (``/proc``) of the process that decodes — the walsender
+    for the capture, the backend for the SQL drain — per run of N changes.
+(c) latency: a writer commits single-row transactions at a steady rate (5,000/s by default) while
+    the capture runs; commit → durable in the journal, p50/p99 (the commit time is the
+    transaction's own, from the stream; the append time is taken when the append returns).
+(d) copy: a table of M rows copied by the capture (``snapshot: initial``, chunks) into a journal,
+    against ``COPY table TO STDOUT`` read by a client, and against the server's own JSON ceiling,
     ``COPY (SELECT row_to_json(t) FROM table t) TO STDOUT`` (records carry each row as JSON).
 
-Serial ceilings: a micro-batch plans on the driver, then its tasks hand the records to Spark, one
-after the other. So no source of this kind can pass the server's part (the raw drain; the JSON
-rendering) followed by Spark's transfer, with no work of its own: 1 / (1/server + 1/spark).
-
-Rounds alternate the order of ours and the baseline; the best round of each counts. The server
-is a private PostgreSQL (wal_level = logical) started for the run.
+Rounds alternate the order of ours and the baselines; the best round of each counts. The server
+is a private PostgreSQL (wal_level = logical) started for the run, on this host.
 
     .venv/bin/python bench/cdc.py [--changes 500000] [--txn 50] [--rows 500000] [--rounds 3]
+                                  [--rate 5000] [--seconds 10]
 
-Prints a table, then one JSON line: {"bench": "cdc", "sync_ratio": …, "copy_ratio": …, …}.
+Prints a table, then one JSON line: {"bench": "cdc", "capture_ratio_unix": …, …}.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import select
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from functools import partial
@@ -44,9 +45,12 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import report
+from sluiceway.cdc import CaptureOptions, CaptureService
+from sluiceway.cdc.stream import local_socket_dsn
 from sluiceway.testing import PrivatePostgres
 
 OPTIONS = "'proto_version', '1', 'publication_names', 'bench_pub', 'messages', 'true'"
+TICK = os.sysconf("SC_CLK_TCK")
 
 
 def setup(dsn: str, rows: int) -> None:
@@ -79,8 +83,37 @@ def write_changes(dsn: str, start: int, changes: int, per_txn: int) -> None:
             )
 
 
-def raw_drain(dsn: str, slot: str) -> tuple[float, int]:
+def create_slot(dsn: str, slot: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+
+
+def flush_lsn(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT (pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::bigint").fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc (the server runs on this host)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def slot_pid(dsn: str, slot: str) -> int | None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def raw_sql_drain(dsn: str, slot: str) -> tuple[float, int, float]:
+    """Seconds, changes and the backend's CPU seconds of one SQL drain of the slot."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pid = int(conn.execute("SELECT pg_backend_pid()").fetchone()[0])  # type: ignore[index]
+        cpu0 = cpu_seconds(pid)
         t0 = time.perf_counter()
         cur = conn.cursor(binary=True)
         cur.execute(
@@ -88,7 +121,129 @@ def raw_drain(dsn: str, slot: str) -> tuple[float, int]:
             (slot,),
         )
         changes = sum(1 for _lsn, _xid, data in cur if data[:1] == b"I")
-        return time.perf_counter() - t0, changes
+        elapsed = time.perf_counter() - t0
+        return elapsed, changes, cpu_seconds(pid) - cpu0
+
+
+def raw_receiver(dsn: str, slot: str, upto: int) -> tuple[float, int, float]:
+    """psycopg2's replication protocol, receive only: seconds, changes, the walsender's CPU."""
+    import psycopg2
+    import psycopg2.extras
+
+    from sluiceway.cdc.stream import _libpq_dsn
+
+    conn = psycopg2.connect(_libpq_dsn(dsn), connection_factory=psycopg2.extras.LogicalReplicationConnection)
+    cur = conn.cursor()
+    try:
+        t0 = time.perf_counter()
+        cur.start_replication(
+            slot_name=slot,
+            decode=False,
+            options={"proto_version": "1", "publication_names": "bench_pub", "messages": "true"},
+        )
+        pid = None
+        changes = 0
+        while True:
+            message = cur.read_message()
+            if message is None:
+                if cur.wal_end >= upto and changes:
+                    break
+                select.select([cur.fileno()], [], [], 0.05)
+                continue
+            if pid is None:
+                pid = slot_pid(dsn, slot)
+                cpu0 = cpu_seconds(pid) if pid else 0.0
+            if message.payload[:1] == b"I":
+                changes += 1
+            if message.data_start >= upto:
+                break
+        elapsed = time.perf_counter() - t0
+        cpu = cpu_seconds(pid) - cpu0 if pid else 0.0
+        return elapsed, changes, cpu
+    finally:
+        conn.close()
+
+
+def capture(
+    dsn: str, slot: str, work: str, *, unix: bool, snapshot: str = "never", table: str = "public.events"
+) -> tuple[float, int, float]:
+    """The capture into a durable journal until it has caught up: seconds, records, walsender CPU."""
+    publication = "bench_pub" if table == "public.events" else "copy_pub"
+    options = CaptureOptions(
+        dsn=dsn,
+        tables=(table,),
+        slot=slot,
+        publication=publication,
+        state_dir=os.path.join(work, "state"),
+        snapshot=snapshot,
+        chunk_size=50_000,
+        unix_socket=unix,
+    )
+    service = CaptureService(options, os.path.join(work, "log"))
+    cap = service.prepare()
+    pid_box: list[int] = []
+    cpu_box: list[float] = []
+
+    def sample() -> None:
+        # The walsender's CPU, read while it still exists (it exits with the connection).
+        while not pid_box:
+            pid = slot_pid(dsn, slot)
+            if pid:
+                pid_box.append(pid)
+                cpu_box.append(cpu_seconds(pid))
+            else:
+                time.sleep(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    t0 = time.perf_counter()
+    cap.start()
+    sampler.start()
+    cap.catch_up()
+    elapsed = time.perf_counter() - t0
+    sampler.join(5)
+    cpu = cpu_seconds(pid_box[0]) - cpu_box[0] if pid_box else 0.0
+    records = cap.appended
+    service.close()
+    return elapsed, records, cpu
+
+
+def latency(dsn: str, slot: str, work: str, rate: int, seconds: float) -> list[float]:
+    """Commit → durable in the journal, in ms, for single-row transactions at ``rate``/s."""
+    options = CaptureOptions(
+        dsn=dsn, tables=("public.events",), slot=slot, publication="bench_pub",
+        state_dir=os.path.join(work, "state"), snapshot="never",
+    )  # fmt: skip
+    service = CaptureService(options, os.path.join(work, "log"))
+    service.prepare()
+    samples: list[float] = []
+    target = service.target
+    assert target is not None
+    plain_append = target.append
+
+    def timed_append(batch: pa.RecordBatch, end: int) -> None:
+        plain_append(batch, end)
+        done = time.time() * 1e6
+        if batch.num_rows:
+            stamps = batch.column("timestamp").cast(pa.int64()).to_numpy()
+            samples.extend(((done - stamps) / 1000.0).tolist())
+
+    target.append = timed_append  # type: ignore[method-assign]
+    service.start()
+    stop = time.perf_counter() + seconds
+    base = 50_000_000
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        i = 0
+        next_at = time.perf_counter()
+        while time.perf_counter() < stop:
+            conn.execute("INSERT INTO events (id, account, amount, note) VALUES (%s, 1, 1, 'x')", (base + i,))
+            i += 1
+            next_at += 1 / rate
+            pause = next_at - time.perf_counter()
+            if pause > 0:
+                time.sleep(pause)
+    time.sleep(1.0)
+    service.close()
+    return samples
 
 
 def raw_copy(dsn: str, query: str = "accounts") -> tuple[float, int]:
@@ -101,117 +256,15 @@ def raw_copy(dsn: str, query: str = "accounts") -> tuple[float, int]:
         return time.perf_counter() - t0, size
 
 
-def source_to_noop(
-    spark: Any, dsn: str, slot: str, publication: str, table: str, snapshot: str, work: str
-) -> float:
-    df = (
-        spark.readStream.format("sluice-postgres-cdc")
-        .option("dsn", dsn)
-        .option("tables", table)
-        .option("slot", slot)
-        .option("publication", publication)
-        .option("snapshot", snapshot)
-        .option("chunkSize", "20000")
-        .option("maxRecordsPerBatch", "100000")
-        .option("stateDir", os.path.join(work, "state"))
-        .load()
-    )
-    t0 = time.perf_counter()
-    query = (
-        df.writeStream.format("noop")
-        .trigger(availableNow=True)
-        .option("checkpointLocation", os.path.join(work, "cp"))
-        .start()
-    )
-    query.awaitTermination()
-    elapsed = time.perf_counter() - t0
-    busy = sum(p["durationMs"]["triggerExecution"] for p in query.recentProgress if p["numInputRows"]) / 1000
-    return elapsed, busy
-
-
-def reader_alone(dsn: str, slot: str, work: str, parquet: str | None = None) -> tuple[float, int]:
-    """The reader without Spark; optionally keeps its batches in a Parquet file (for bench-arrow)."""
-    import pyarrow.parquet as pq
-
-    from sluiceway.cdc import CdcOptions, CdcReader
-
-    reader = CdcReader(
-        CdcOptions(
-            dsn=dsn,
-            tables=("public.events",),
-            slot=slot,
-            publication="bench_pub",
-            state_dir=os.path.join(work, "state"),
-            snapshot="never",
-        )
-    )
-    try:
-        position = reader.initial_offset()
-        t0 = time.perf_counter()
-        n = 0
-        batches = []
-        while True:
-            end = reader.latest_offset(position, 100_000)
-            if end == position:
-                elapsed = time.perf_counter() - t0
-                if parquet is not None:
-                    pq.write_table(pa.Table.from_batches(batches), parquet, row_group_size=100_000)
-                return elapsed, n
-            batch = reader.read(position, end, 0)
-            n += batch.num_rows
-            if parquet is not None:
-                batches.append(batch)
-            reader.commit(end)
-            position = end
-    finally:
-        reader.close()
-
-
-def pipeline_to_journal(spark: Any, dsn: str, slot: str, work: str) -> float:
-    from sluiceway.pipeline import Pipeline, PipelineSpec
-
-    spec = PipelineSpec.from_dict(
-        {
-            "name": "bench",
-            "source": {
-                "type": "postgres-cdc",
-                "dsn": dsn,
-                "tables": ["public.events"],
-                "slot": slot,
-                "publication": "bench_pub",
-                "snapshot": "never",
-                "max_records_per_batch": 100_000,
-            },
-            "sinks": [{"name": "log", "type": "journal", "path": os.path.join(work, "log")}],
-            "checkpoint": os.path.join(work, "cp"),
-        }
-    )
-    pipeline = Pipeline(spec, spark)
-    pipeline.preflight()  # creates nothing new here; keeps set-up out of the timing
-    t0 = time.perf_counter()
-    runs = pipeline.run(once=True, handle_signals=False)
-    elapsed = time.perf_counter() - t0
-    assert {r.state for r in runs.values()} == {"finished"}, runs
-    return elapsed
-
-
-def spark_ceiling(spark: Any, parquet: str) -> float:
-    """The same records handed to Spark by a Python source that only reads them from a file."""
-    t0 = time.perf_counter()
-    spark.read.format("bench-arrow").option("path", parquet).option("partitions", "1").load().write.format(
-        "noop"
-    ).mode("overwrite").save()
-    return time.perf_counter() - t0
-
-
 def drop_slots(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for (slot,) in conn.execute("SELECT slot_name FROM pg_replication_slots").fetchall():
             conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
 
 
-def best(times: list[float]) -> float:
-    return min(times)
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 def main() -> None:
@@ -220,87 +273,72 @@ def main() -> None:
     parser.add_argument("--txn", type=int, default=50, help="rows per transaction of the changes")
     parser.add_argument("--rows", type=int, default=500_000, help="rows of the copied table")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rate", type=int, default=5_000, help="latency: transactions per second")
+    parser.add_argument("--seconds", type=float, default=10.0, help="latency: how long to write")
     args = parser.parse_args()
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    # Spark's Python workers import the reference source by name: let them find bench/.
-    here = str(Path(__file__).resolve().parent)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
-    from _arrow_source import ArrowFileSource
-    from sluiceway.pipeline import register_sources
-    from sluiceway.pipeline.session import build_session
 
     work_root = tempfile.mkdtemp(prefix="sluice-bench-cdc-")
     settings = {"wal_level": "logical", "max_replication_slots": "20", "shared_buffers": "'256MB'"}
     server = PrivatePostgres({**settings, "max_wal_size": "'4GB'"}).start()
-    spark = build_session("local[2]", app_name="bench-cdc")
-    spark.sparkContext.setLogLevel("ERROR")
-    register_sources(spark)
-    spark.dataSource.register(ArrowFileSource)
     dsn = server.dsn()
-    t: dict[str, list[float]] = {
-        k: []
-        for k in (
-            "raw",
-            "ours",
-            "ours_busy",
-            "alone",
-            "ceiling",
-            "journal",
-            "copy_raw",
-            "copy_json",
-            "copy",
-            "copy_busy",
-        )
-    }
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        dirs, port = conn.execute(
+            "SELECT current_setting('unix_socket_directories'), current_setting('port')::int"
+        ).fetchone()  # type: ignore[misc]
+    unix_dsn = local_socket_dsn(dsn, dirs, port)
+    assert unix_dsn is not None
+    t: dict[str, list[float]] = {k: [] for k in ("sql", "recv_tcp", "recv_unix", "tcp", "unix", "copy_raw",
+                                                 "copy_json", "copy")}  # fmt: skip
+    cpu: dict[str, list[float]] = {"sql": [], "recv_unix": [], "unix": []}
     try:
         setup(dsn, args.rows)
         next_id = 1
         for round_no in range(args.rounds):
             work = os.path.join(work_root, f"r{round_no}")
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                for name in ("raw", "ours", "alone", "journal"):
-                    conn.execute(
-                        "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (f"{name}_{round_no}",)
-                    )
+            names = ("sql", "recv_tcp", "recv_unix", "tcp", "unix")
+            for name in names:
+                create_slot(dsn, f"{name}_{round_no}")
             write_changes(dsn, next_id, args.changes, args.txn)
             next_id += args.changes
-            source = partial(
-                source_to_noop, spark, dsn, f"ours_{round_no}", "bench_pub", "public.events", "never"
-            )
-            steps: list[Callable[[], None]] = [
-                partial(_record_raw, t, dsn, f"raw_{round_no}", args.changes),
-                partial(_record_source, t, "ours", source, work + "-n"),
-            ]
-            for step in steps if round_no % 2 == 0 else reversed(steps):
-                step()
-            parquet = os.path.join(work_root, f"records-{round_no}.parquet")
-            t["alone"].append(
-                _checked(reader_alone(dsn, f"alone_{round_no}", work + "-a", parquet), args.changes)
-            )
-            t["ceiling"].append(spark_ceiling(spark, parquet))
-            t["journal"].append(pipeline_to_journal(spark, dsn, f"journal_{round_no}", work + "-j"))
-            copy = partial(
-                source_to_noop, spark, dsn, f"copy_{round_no}", "copy_pub", "public.accounts", "initial"
-            )
-            copy_steps: list[Callable[[], None]] = [
-                lambda: t["copy_raw"].append(raw_copy(dsn)[0]),
-                lambda: t["copy_json"].append(raw_copy(dsn, "(SELECT row_to_json(a) FROM accounts a)")[0]),
-                partial(_record_source, t, "copy", copy, work + "-c"),
-            ]
-            for step in copy_steps if round_no % 2 == 0 else reversed(copy_steps):
-                step()
+            upto = flush_lsn(dsn)
+            steps = {
+                "sql": partial(raw_sql_drain, dsn, f"sql_{round_no}"),
+                "recv_tcp": partial(raw_receiver, dsn, f"recv_tcp_{round_no}", upto),
+                "recv_unix": partial(raw_receiver, unix_dsn, f"recv_unix_{round_no}", upto),
+                "tcp": partial(capture, dsn, f"tcp_{round_no}", work + "-t", unix=False),
+                "unix": partial(capture, dsn, f"unix_{round_no}", work + "-u", unix=True),
+            }
+            order = list(steps) if round_no % 2 == 0 else list(reversed(steps))
+            for name in order:
+                elapsed, count, used = steps[name]()
+                if count != args.changes:
+                    raise SystemExit(f"{name}: expected {args.changes} changes, got {count}")
+                t[name].append(elapsed)
+                if name in cpu:
+                    cpu[name].append(used)
+            copy_steps: dict[str, Callable[[], float]] = {
+                "copy_raw": partial(_first, raw_copy, dsn),
+                "copy_json": partial(_first, raw_copy, dsn, "(SELECT row_to_json(a) FROM accounts a)"),
+                "copy": partial(
+                    _copied,
+                    partial(
+                        capture, dsn, f"copy_{round_no}", work + "-c", unix=True, snapshot="initial",
+                        table="public.accounts",
+                    ),
+                    args.rows,
+                ),
+            }  # fmt: skip
+            for name in copy_steps if round_no % 2 == 0 else reversed(list(copy_steps)):
+                t[name].append(copy_steps[name]())
             drop_slots(dsn)
             shutil.rmtree(work_root, ignore_errors=True)
             os.makedirs(work_root, exist_ok=True)
             print(f"round {round_no}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in t.items()), flush=True)
+        create_slot(dsn, "latency")
+        samples = latency(dsn, "latency", os.path.join(work_root, "lat"), args.rate, args.seconds)
         n, m = args.changes, args.rows
         rate = {k: (m if k.startswith("copy") else n) / min(v) for k, v in t.items()}
-        # What any source doing its work one step after the other (as a micro-batch does: plan on
-        # the driver, then the tasks hand records to Spark) could reach with no work of its own:
-        # the server's part (fetch the changes; render rows as JSON) then Spark's transfer.
-        rate["serial_ceiling"] = 1 / (1 / rate["raw"] + 1 / rate["ceiling"])
-        rate["copy_serial_ceiling"] = 1 / (1 / rate["copy_json"] + 1 / rate["ceiling"])
+        decode = {k: min(v) * 500_000 / n for k, v in cpu.items()}
         summary = {
             "bench": "cdc",
             "changes": n,
@@ -308,66 +346,60 @@ def main() -> None:
             "copy_rows": m,
             "rounds": args.rounds,
             **{f"{k}_per_s": round(v) for k, v in rate.items()},
-            "sync_ratio": round(rate["ours_busy"] / rate["raw"], 3),
-            "sync_ratio_end_to_end": round(rate["ours"] / rate["raw"], 3),
-            "sync_vs_spark_ceiling": round(rate["ours_busy"] / rate["ceiling"], 3),
-            "reader_alone_ratio": round(rate["alone"] / rate["raw"], 3),
-            "serial_ceiling_ratio": round(rate["serial_ceiling"] / rate["raw"], 3),
-            "sync_vs_serial_ceiling": round(rate["ours_busy"] / rate["serial_ceiling"], 3),
-            "copy_ratio": round(rate["copy_busy"] / rate["copy_raw"], 3),
-            "copy_ratio_end_to_end": round(rate["copy"] / rate["copy_raw"], 3),
-            "copy_vs_json_ceiling": round(rate["copy_busy"] / rate["copy_json"], 3),
+            "capture_ratio_tcp": round(rate["tcp"] / rate["recv_tcp"], 3),
+            "capture_ratio_unix": round(rate["unix"] / rate["recv_unix"], 3),
+            "capture_vs_sql_drain": round(rate["unix"] / rate["sql"], 3),
+            "server_cpu_s_per_500k": {k: round(v, 3) for k, v in decode.items()},
+            "server_cpu_ratio": round(decode["unix"] / decode["sql"], 3) if decode["sql"] else None,
+            "latency_rate": args.rate,
+            "latency_samples": len(samples),
+            "latency_p50_ms": round(percentile(samples, 0.5), 2),
+            "latency_p99_ms": round(percentile(samples, 0.99), 2),
+            "copy_ratio": round(rate["copy"] / rate["copy_raw"], 3),
             "json_ceiling_ratio": round(rate["copy_json"] / rate["copy_raw"], 3),
-            "copy_serial_ceiling_ratio": round(rate["copy_serial_ceiling"] / rate["copy_raw"], 3),
-            "copy_vs_serial_ceiling": round(rate["copy_busy"] / rate["copy_serial_ceiling"], 3),
+            "copy_vs_json_ceiling": round(rate["copy"] / rate["copy_json"], 3),
         }
         report(
-            f"postgres-cdc against PostgreSQL's own ceilings (best of {args.rounds} rounds each)",
+            f"capture (slot → durable journal) against PostgreSQL's own ceilings (best of {args.rounds})",
             [
-                ("(a) raw slot drain: get_binary_changes, fetched", f"{rate['raw']:,.0f} changes/s"),
-                ("sluice-postgres-cdc → noop, steady", f"{rate['ours_busy']:,.0f} changes/s"),
-                ("sluice-postgres-cdc → noop, with query start", f"{rate['ours']:,.0f} changes/s"),
-                ("sync ratio (steady / raw drain)", f"{summary['sync_ratio']:.2f}"),
-                ("reader alone, no Spark", f"{rate['alone']:,.0f} changes/s"),
-                ("Spark's Python-source ceiling, same records", f"{rate['ceiling']:,.0f} records/s"),
-                ("drain, then Spark's transfer (serial ceiling)", f"{rate['serial_ceiling']:,.0f} changes/s"),
-                ("serial ceiling / raw drain", f"{summary['serial_ceiling_ratio']:.2f}"),
-                ("pipeline → journal sink", f"{rate['journal']:,.0f} changes/s"),
-                ("(b) COPY accounts TO STDOUT", f"{rate['copy_raw']:,.0f} rows/s"),
-                ("COPY of row_to_json (the server's JSON ceiling)", f"{rate['copy_json']:,.0f} rows/s"),
-                ("copy → noop, steady", f"{rate['copy_busy']:,.0f} rows/s"),
-                ("copy → noop, with query start", f"{rate['copy']:,.0f} rows/s"),
-                ("copy ratio (steady / COPY)", f"{summary['copy_ratio']:.2f}"),
                 (
-                    "JSON render, then Spark's transfer (serial ceiling)",
-                    f"{rate['copy_serial_ceiling']:,.0f} rows/s",
+                    "(a) raw receiver, Unix socket (psycopg2, receive only)",
+                    f"{rate['recv_unix']:,.0f} changes/s",
                 ),
-                ("serial ceiling / COPY", f"{summary['copy_serial_ceiling_ratio']:.2f}"),
+                ("capture → journal, Unix socket", f"{rate['unix']:,.0f} changes/s"),
+                ("ratio, Unix socket", f"{summary['capture_ratio_unix']:.2f}"),
+                ("raw receiver, loopback TCP", f"{rate['recv_tcp']:,.0f} changes/s"),
+                ("capture → journal, loopback TCP", f"{rate['tcp']:,.0f} changes/s"),
+                ("ratio, TCP", f"{summary['capture_ratio_tcp']:.2f}"),
+                ("raw SQL drain (get_binary_changes)", f"{rate['sql']:,.0f} changes/s"),
+                ("capture / SQL drain", f"{summary['capture_vs_sql_drain']:.2f}"),
+                ("(b) server CPU per 500k: walsender (capture)", f"{decode['unix']:.2f} s"),
+                ("server CPU per 500k: walsender (raw receiver)", f"{decode['recv_unix']:.2f} s"),
+                ("server CPU per 500k: backend (SQL drain)", f"{decode['sql']:.2f} s"),
+                ("capture / SQL drain", f"{summary['server_cpu_ratio']}"),
+                (f"(c) commit → journal at {args.rate}/s, p50", f"{summary['latency_p50_ms']} ms"),
+                (f"commit → journal at {args.rate}/s, p99", f"{summary['latency_p99_ms']} ms"),
+                ("(d) COPY accounts TO STDOUT", f"{rate['copy_raw']:,.0f} rows/s"),
+                ("COPY of row_to_json (the server's JSON ceiling)", f"{rate['copy_json']:,.0f} rows/s"),
+                ("copy → journal", f"{rate['copy']:,.0f} rows/s"),
+                ("copy ratio (/ COPY)", f"{summary['copy_ratio']:.2f}"),
+                ("copy / JSON ceiling", f"{summary['copy_vs_json_ceiling']:.2f}"),
             ],
             summary,
         )
     finally:
-        spark.stop()
         server.stop()
         shutil.rmtree(work_root, ignore_errors=True)
 
 
-def _record_raw(t: dict[str, list[float]], dsn: str, slot: str, expected: int) -> None:
-    t["raw"].append(_checked(raw_drain(dsn, slot), expected))
+def _first(run: Callable[..., tuple[float, int]], *args: Any) -> float:
+    return run(*args)[0]
 
 
-def _record_source(
-    t: dict[str, list[float]], name: str, run: Callable[[str], tuple[float, float]], work: str
-) -> None:
-    elapsed, busy = run(work)
-    t[name].append(elapsed)
-    t[f"{name}_busy"].append(busy)
-
-
-def _checked(result: tuple[float, int], expected: int) -> float:
-    elapsed, count = result
-    if count != expected:
-        raise SystemExit(f"expected {expected} changes, read {count}")
+def _copied(run: Callable[[], tuple[float, int, float]], expected: int) -> float:
+    elapsed, records, _cpu = run()
+    if records != expected:
+        raise SystemExit(f"copy: expected {expected} rows, got {records}")
     return elapsed
 
 
