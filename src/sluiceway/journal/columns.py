@@ -22,11 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluiceway.journal.errors import InvalidJournalRecord
-from sluiceway.journal.format import MAX_NAMESPACE_BYTES, encode_pairs
+from sluiceway.journal.format import MAX_NAMESPACE_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,41 +85,66 @@ def _as_binary(col: pa.Array, field: str) -> pa.Array:
 
 
 def _headers(col: pa.Array) -> list[bytes]:
+    """Each row's header list as an encoded pairs block (``format.encode_pairs``), column-wise.
+
+    The block is ``u32 count``, then ``(u32 key length, u32 value length)`` per pair, then each
+    pair's key and value bytes. Every piece is placed with one numpy scatter over all rows, so
+    the cost per record is a slice, not a Python loop over its pairs.
+    """
     kind = col.type
     if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)) or not pa.types.is_struct(
         kind.value_type
     ):
         raise InvalidJournalRecord("headers", f"must be a list of struct<key, value>, got {kind}")
-    pairs = col.values  # the whole child array; offsets index into it
-    try:
-        names = pairs.field("key").to_pylist()
-        texts = pairs.field("value").to_pylist()
-    except KeyError:
-        raise InvalidJournalRecord("headers", f"must be a list of struct<key, value>, got {kind}") from None
-    offsets = col.offsets.to_pylist()
-    valid = col.is_valid().to_pylist() if col.null_count else None
-    seen: dict[tuple[tuple[str, str], ...], bytes] = {}
-    out: list[bytes] = []
-    for i in range(len(col)):
-        lo, hi = offsets[i], offsets[i + 1]
-        if lo == hi or (valid is not None and not valid[i]):
-            out.append(b"")
-            continue
-        block = tuple(zip(names[lo:hi], texts[lo:hi], strict=True))
-        encoded = seen.get(block)
-        if encoded is None:
-            encoded = seen[block] = _encode_block(block)
-        out.append(encoded)
+    struct = kind.value_type
+    names = {struct.field(i).name for i in range(struct.num_fields)}
+    if not {"key", "value"} <= names:
+        raise InvalidJournalRecord("headers", f"must be a list of struct<key, value>, got {kind}")
+    n = len(col)
+    offsets = np.asarray(col.offsets, dtype=np.int64)
+    counts = np.diff(offsets)
+    if col.null_count:
+        counts[~np.asarray(col.is_valid(), dtype=bool)] = 0
+    total = int(counts.sum())
+    if total == 0:
+        return [b""] * n
+    # The pairs of every row, in row order (a null row has none).
+    starts = np.cumsum(counts) - counts
+    pair = pa.array(np.repeat(offsets[:-1] - starts, counts) + np.arange(total, dtype=np.int64))
+    keys = _pair_text(col.values.field("key").take(pair), "keys")
+    values = _pair_text(col.values.field("value").take(pair).fill_null(""), "values")
+    # Fixed-width parts from numpy: the count, then (key length, value length) per pair.
+    count_part = _fixed(counts[counts > 0].astype("<u4").view(np.uint8), np.where(counts > 0, 4, 0))
+    lens = np.empty((total, 2), dtype="<u4")
+    lens[:, 0] = pc.binary_length(keys).to_numpy()
+    lens[:, 1] = pc.binary_length(values).to_numpy()
+    lens_part = _fixed(lens.view(np.uint8).reshape(-1), 8 * counts)
+    # The texts: each pair's key then value, each row's pairs joined, all in Arrow's kernels.
+    per_pair = pc.binary_join_element_wise(keys, values, pa.scalar(b"", pa.large_binary()))
+    bounds = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
+    text_part = pc.binary_join(
+        pa.LargeListArray.from_arrays(bounds, per_pair), pa.scalar(b"", pa.large_binary())
+    )
+    blocks = pc.binary_join_element_wise(count_part, lens_part, text_part, pa.scalar(b"", pa.large_binary()))
+    out: list[bytes] = blocks.to_pylist()
     return out
 
 
-def _encode_block(block: tuple[tuple[Any, Any], ...]) -> bytes:
-    pairs: list[tuple[str, str]] = []
-    for name, text in block:
-        if not isinstance(name, str) or not (text is None or isinstance(text, str)):
-            raise InvalidJournalRecord("headers", "keys must be non-null strings, values strings")
-        pairs.append((name, text or ""))
-    return encode_pairs(pairs)
+def _pair_text(texts: pa.Array, what: str) -> pa.Array:
+    if not (pa.types.is_string(texts.type) or pa.types.is_large_string(texts.type)):
+        raise InvalidJournalRecord("headers", "keys must be non-null strings, values strings")
+    if texts.null_count:
+        raise InvalidJournalRecord("headers", f"{what} must be non-null strings")
+    return texts.cast(pa.large_binary())
+
+
+def _fixed(data: np.ndarray, sizes: np.ndarray) -> pa.Array:
+    """A binary column whose row ``i`` is the next ``sizes[i]`` bytes of ``data``."""
+    bounds = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=bounds[1:])
+    return pa.Array.from_buffers(
+        pa.large_binary(), len(sizes), [None, pa.py_buffer(bounds), pa.py_buffer(data.tobytes())]
+    )
 
 
 def _timestamps(col: pa.Array) -> list[int | None]:
