@@ -115,6 +115,21 @@ def test_journal_read_and_info_of_a_missing_journal_create_nothing(tmp_path: Pat
     assert list(tmp_path.iterdir()) == []
 
 
+def test_journal_read_and_info_leave_a_journal_as_it_was(tmp_path: Path) -> None:
+    appended = sluice("journal", "append", "./j", "--key", "k", "--value", "[v]", cwd=tmp_path)
+    assert appended.returncode == 0, appended.stderr
+    before = digest(tmp_path)
+    for command in (
+        ["journal", "info", "./j"],
+        ["journal", "read", "./j"],
+        ["journal", "read", "./j", "--format", "table"],
+    ):
+        result = sluice(*command, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert "[v]" in result.stdout or command[1] == "info"
+    assert digest(tmp_path) == before
+
+
 def test_outbox_stats_without_the_table_names_the_flag_and_the_database(tmp_path: Path) -> None:
     with Database(f"sqlite:///{tmp_path / 'app.db'}") as db:
         db.execute("CREATE TABLE orders (id TEXT PRIMARY KEY)")
