@@ -60,6 +60,11 @@ class DatabaseUnavailableError(DatabaseError):
     """The database could not be reached."""
 
 
+class NoSuchDatabaseError(DatabaseError):
+    """The database named does not exist (a missing SQLite file opened for reading): a permanent
+    error, said once, never retried and never "fixed" by creating an empty database."""
+
+
 class ConflictError(DatabaseError):
     """The database aborted the transaction because it conflicted with a concurrent one
     (serialization failure: SQLSTATE 40001; SQLite's stale WAL snapshot). The whole transaction

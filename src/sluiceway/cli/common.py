@@ -1,4 +1,11 @@
-"""Shared CLI plumbing: logging set-up and turning our errors into one clear line + exit code."""
+"""Shared CLI plumbing: logging set-up and turning our errors into one clear line + exit code.
+
+User text is never markup. Partition names, keys, table names, file names and error messages
+(a YAML error quotes ``[oops``) hold square brackets, and rich would read ``[bold]p1`` as a style
+and print ``p1``. So both consoles are made with ``markup=False``: every string printed through
+them, and every string cell of a table they print, is shown as written. Our own emphasis is
+given as styles (:func:`styled`), never spelled in the text.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +18,14 @@ from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from sluiceway.errors import SluicewayError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(markup=False)
+err_console = Console(stderr=True, markup=False)
 
 #: ``--metrics-addr``, the same on every long-running command.
 METRICS_ADDR_HELP = (
@@ -26,8 +34,17 @@ METRICS_ADDR_HELP = (
 )
 
 
+def styled(*parts: str | tuple[str, str]) -> Text:
+    """A line from plain strings (shown as written) and ``(text, style)`` pairs (our emphasis).
+
+    >>> styled(("error:", "bold red"), " partition [bold]p1").plain
+    'error: partition [bold]p1'
+    """
+    return Text.assemble(*parts)
+
+
 def fail(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err_console.print(styled(("error:", "bold red"), " ", message), highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import signal
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,7 +14,9 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from sluiceway.cli.common import METRICS_ADDR_HELP, console, fail, friendly_errors, setup_logging
+from sluiceway.cli.common import METRICS_ADDR_HELP, console, fail, friendly_errors, setup_logging, styled
+from sluiceway.db import Database
+from sluiceway.errors import DatabaseError
 from sluiceway.feed import Feed, FeedStatus, FeedWorker, Status
 
 app = typer.Typer(
@@ -44,7 +48,7 @@ def init(
     """
     with Feed(dsn, prefix=prefix) as feed:
         tables = (feed.store.partitions_table, feed.store.items_table)
-    console.print(f"feed tables [bold]{tables[0]}[/] and [bold]{tables[1]}[/] ready")
+    console.print(styled("feed tables ", (tables[0], "bold"), " and ", (tables[1], "bold"), " ready"))
 
 
 @app.command("add")
@@ -83,12 +87,14 @@ def add(
     with Feed(dsn, prefix=prefix) as feed:
         if feed.partition(partition) is None:
             feed.add(partition, datas, gate=gate, attributes=attrs)
-            console.print(f"partition [bold]{partition}[/] added with {len(datas)} item(s) at gate {gate}")
+            console.print(
+                styled("partition ", (partition, "bold"), f" added with {len(datas)} item(s) at gate {gate}")
+            )
         else:
             if attrs is not None:
                 raise fail(f"partition {partition!r} exists; --attributes only apply when creating it")
             n = feed.add_items(partition, datas, gate)
-            console.print(f"{n} item(s) added to partition [bold]{partition}[/] at gate {gate}")
+            console.print(styled(f"{n} item(s) added to partition ", (partition, "bold"), f" at gate {gate}"))
 
 
 @app.command("worker")
@@ -195,6 +201,19 @@ def worker(
     )
 
 
+@contextlib.contextmanager
+def _reading(dsn: str, prefix: str) -> Iterator[Feed]:
+    """The feed for a command that only looks: a read-only connection (a missing SQLite file is
+    not created) and no migration; errors name the --dsn flag."""
+    with Database(dsn, read_only=True) as db:
+        try:
+            yield Feed(db, prefix=prefix, migrate=False)
+        except DatabaseError as exc:
+            named = db.source.redacted()
+            where = "--dsn" if named in str(exc) else f"--dsn {named}"
+            raise type(exc)(f"{where}: {exc}", code=exc.code) from exc
+
+
 def _age(when: datetime | None) -> str:
     if when is None:
         return "-"
@@ -231,7 +250,7 @@ def status(
 
     Example: sluice feed status --dsn sqlite:///app.db
     """
-    with Feed(dsn, prefix=prefix, migrate=False) as feed:
+    with _reading(dsn, prefix) as feed:
         s = feed.status()
     if as_json:
         console.print_json(json.dumps(_status_json(s)))
@@ -278,7 +297,7 @@ def partitions(
     """
     if status_filter is not None and status_filter not in {s.value for s in Status}:
         raise fail(f"--status must be available, failed or complete, not {status_filter!r}")
-    with Feed(dsn, prefix=prefix, migrate=False) as feed:
+    with _reading(dsn, prefix) as feed:
         page = feed.partitions(status_filter, after=after, limit=limit)
     table = Table(title="partitions")
     for col in ("id", "name", "status", "gate", "owner", "lease"):
@@ -347,9 +366,9 @@ def checkpoint(
     with Feed(dsn, prefix=prefix, migrate=False) as feed:
         p = feed.checkpoint(partition)
     if p.status is Status.COMPLETE:
-        console.print(f"partition [bold]{partition}[/] is complete")
+        console.print(styled("partition ", (partition, "bold"), " is complete"))
     else:
-        console.print(f"partition [bold]{partition}[/] is now at gate {p.gate}")
+        console.print(styled("partition ", (partition, "bold"), f" is now at gate {p.gate}"))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from sluiceway.cli.common import console, fail, friendly_errors
+from sluiceway.cli.common import console, fail, friendly_errors, styled
 from sluiceway.journal import Journal, Record
 
 app = typer.Typer(
@@ -55,7 +55,7 @@ def append(
         list[str] | None, typer.Option("--header", "-H", help="A header key=value (repeatable).")
     ] = None,
 ) -> None:
-    """Append one record durably and print the offset it was given.
+    """Append one record durably and say the offset it was given.
 
     Example: sluice journal append ./j --key k1 --value hello --header source=cli
     """
@@ -75,7 +75,8 @@ def append(
     headers = _parse_headers(header or [])
     with Journal.open(path) as journal, journal.append() as tx:
         tx.write(key, data, headers=headers, namespace=namespace)
-    typer.echo(tx.offsets.start)
+    what = "tombstone" if data is None else "record"
+    typer.echo(f"appended 1 {what} at offset {tx.offsets.start} of {path}")
 
 
 def record_json(rec: Record) -> dict[str, Any]:
@@ -181,9 +182,14 @@ def info(
         typer.echo(json.dumps(data))
         return
     console.print(
-        f"[bold]{path}[/]  head [bold]{data['head']}[/]  start {data['start']}  ", highlight=False, end=""
+        styled(
+            (str(path), "bold"),
+            "  head ",
+            (str(data["head"]), "bold"),
+            f"  start {data['start']}  {len(segments)} segment(s), {data['bytes']} bytes",
+        ),
+        highlight=False,
     )
-    console.print(f"{len(segments)} segment(s), {data['bytes']} bytes", highlight=False)
     seg_table = Table("segment base", "bytes", title="segments")
     for s in segments:
         seg_table.add_row(str(s.base), str(s.size))

@@ -19,6 +19,10 @@ app = typer.Typer(
     ),
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Plain help: sentences re-flowed to the terminal's width, no type label on plain flags
+    # (``--tombstone <bool>``), and usage errors as plain lines; sub-apps inherit it.
+    rich_markup_mode=None,
+    context_settings={"max_content_width": 120},  # the terminal's width, up to 120 columns
 )
 app.add_typer(outbox_cli.app, name="outbox")
 

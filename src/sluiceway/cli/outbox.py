@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
-from sluiceway.cli.common import console, friendly_errors
+from sluiceway.cli.common import console, friendly_errors, styled
 from sluiceway.db import Database
+from sluiceway.errors import ConfigError, DatabaseError
 from sluiceway.outbox import (
     discover,
     init_outbox,
@@ -17,6 +20,7 @@ from sluiceway.outbox import (
     resolve_dead_letter,
     retry_dead_letter,
 )
+from sluiceway.outbox.table import OutboxLocation, locate_outbox
 
 app = typer.Typer(
     help="Create and inspect outbox tables.\n\nExample: sluice outbox init --dsn sqlite:///app.db",
@@ -50,7 +54,30 @@ def init(
         if on
     ]
     suffix = f" (with {', '.join(extras)})" if extras else ""
-    console.print(f"outbox table [bold]{layout.table}[/] and [bold]{layout.dead_table}[/] ready{suffix}")
+    console.print(
+        styled(
+            "outbox table ", (layout.table, "bold"), " and ", (layout.dead_table, "bold"), f" ready{suffix}"
+        )
+    )
+
+
+@contextlib.contextmanager
+def reading(
+    dsn: str, table: str, *, dsn_from: str = "--dsn", table_from: str = "--table"
+) -> Iterator[tuple[Database, OutboxLocation]]:
+    """A read-only connection and the outbox found there, for commands that only look: a missing
+    SQLite file is not created, and nothing else is written. Errors name where the data source
+    and the table came from (``dsn_from``, ``table_from``: the flags, or a file and its key)."""
+    with Database(dsn, read_only=True) as db:
+        try:
+            location = locate_outbox(db, table)
+        except ConfigError as exc:
+            raise ConfigError(exc.problem, path=table_from) from None
+        except DatabaseError as exc:
+            named = db.source.redacted()
+            where = dsn_from if named in str(exc) else f"{dsn_from} {named}"
+            raise type(exc)(f"{where}: {exc}", code=exc.code) from exc
+        yield db, location
 
 
 @app.command("stats")
@@ -71,17 +98,20 @@ def stats(
     Example: sluice outbox stats -f reaper.yaml
     """
     destination = None
+    dsn_from, table_from = "--dsn", "--table"
     if file is not None:
         from sluiceway.harvest import HarvestConfig
 
         harvest = HarvestConfig.from_file(file).harvest
         dsn, table, destination = harvest.data_source, harvest.outbox_table, harvest.describe_destination()
+        dsn_from, table_from = f"{file}: dataSource", f"{file}: outboxTable"
     if not dsn:
         raise typer.BadParameter("give --dsn or -f reaper.yaml", param_hint="--dsn")
-    with Database(dsn) as db:
-        layout = discover(db, table)
+    with reading(dsn, table, dsn_from=dsn_from, table_from=table_from) as (db, location):
+        layout = location.layout
         s = outbox_stats(db, layout)
-    grid = Table(title=f"outbox {layout.table}", show_header=False)
+    grid = Table(title=f"outbox table {layout.table}", show_header=False)
+    grid.add_row("database", f"{db.dialect.value} {location.database or '(in memory)'}")
     if destination:
         grid.add_row("destination", destination)
     grid.add_row("rows", str(s.rows))
@@ -113,14 +143,14 @@ def dead_list(
 
     Example: sluice outbox dead list --dsn sqlite:///app.db
     """
-    with Database(dsn) as db:
-        layout = discover(db, table)
+    with reading(dsn, table) as (db, location):
+        layout = location.layout
         letters = list_dead_letters(db, layout, after=after, limit=limit)
     grid = Table(title=f"dead letters of {layout.table}")
     for column in ("id", "topic", "key", "attempts", "state", "dead since", "error"):
         grid.add_column(column, overflow="fold")
     for d in letters:
-        state = "[bold yellow]PARKED[/]" if d.parked else "-"
+        state = styled(("PARKED", "bold yellow")) if d.parked else "-"
         grid.add_row(str(d.id), d.topic, d.key, str(d.attempts), state, str(d.dead_time), d.error[:200])
     console.print(grid)
 

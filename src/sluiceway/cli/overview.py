@@ -14,8 +14,9 @@ import typer
 from rich.console import Group
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
-from sluiceway.cli.common import console, err_console, fail, friendly_errors
+from sluiceway.cli.common import console, err_console, fail, friendly_errors, styled
 from sluiceway.metrics import parse_metrics_addr
 from sluiceway.overview import Workspace, collect, unhealthy
 
@@ -47,9 +48,8 @@ def _n(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def _health(entry: dict[str, Any]) -> str:
-    style = _HEALTH_STYLE.get(entry["health"], "")
-    return f"[{style}]{entry['health']}[/]"
+def _health(entry: dict[str, Any]) -> Text:
+    return styled((entry["health"], _HEALTH_STYLE.get(entry["health"], "")))
 
 
 def _tables(report: dict[str, Any]) -> Group:
@@ -118,7 +118,9 @@ def _tables(report: dict[str, Any]) -> Group:
         out.append(t)
     problems = unhealthy(report)
     footer = Table.grid()
-    footer.add_row("[green]nothing stuck[/]" if not problems else "[bold yellow]problems:[/]")
+    footer.add_row(
+        styled(("nothing stuck", "green")) if not problems else styled(("problems:", "bold yellow"))
+    )
     for p in problems:
         footer.add_row(f"  - {p}")
     return Group(*out, footer)
@@ -178,7 +180,9 @@ def status(
             pass
     if check and unhealthy(report):
         for problem in unhealthy(report):
-            err_console.print(f"[bold yellow]stuck:[/] {problem}", highlight=False, soft_wrap=True)
+            err_console.print(
+                styled(("stuck:", "bold yellow"), " ", problem), highlight=False, soft_wrap=True
+            )
         raise typer.Exit(1)
 
 

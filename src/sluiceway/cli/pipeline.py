@@ -7,7 +7,6 @@ import logging
 from typing import Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from sluiceway.cli.common import (
@@ -17,6 +16,7 @@ from sluiceway.cli.common import (
     fail,
     friendly_errors,
     setup_logging,
+    styled,
 )
 
 app = typer.Typer(
@@ -116,8 +116,10 @@ def run(
     for r in runs.values():
         if r.state == "failed":
             at = f" at offset {r.offset}" if r.offset is not None else ""
-            cause = escape(first_line(r.error))  # a cause may hold [brackets]: not markup
-            err_console.print(f"[bold red]error:[/] sink {r.sink!r} stopped{at}: {cause}", highlight=False)
+            cause = first_line(r.error)  # shown as written: the consoles read no markup
+            err_console.print(
+                styled(("error:", "bold red"), f" sink {r.sink!r} stopped{at}: {cause}"), highlight=False
+            )
         else:
             err_console.print(f"sink {r.sink!r}: {r.state}", highlight=False)
     if failed:

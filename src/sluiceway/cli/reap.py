@@ -6,14 +6,39 @@ import logging
 import signal
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from sluiceway.cli.common import METRICS_ADDR_HELP, fail, friendly_errors, setup_logging
 from sluiceway.errors import SluicewayError
 
+if TYPE_CHECKING:
+    from sluiceway.harvest.events import Stats
+
 log = logging.getLogger("sluiceway.reaper")
+
+#: The latency percentiles a meter line shows, in this order (the engine measures more).
+_METER_PERCENTILES = ("p50", "p99", "max")
+
+
+def meter_line(stats: Stats) -> str:
+    """One meter reading as a log line, latencies (row created → acknowledged) in milliseconds.
+
+    >>> from sluiceway.harvest.events import Stats
+    >>> meter_line(Stats(5.0, 120.4, 3, 0, 600, 600, 598, 0, 0, {"p50": 1.234, "p90": 2.0, "p99": 3.45}))
+    'meter: 120 rec/s, in flight 3, pending 0, marked 600, purged 598, reset 0, dead 0, latency p50 1.2 ms p99 3.5 ms'
+    >>> meter_line(Stats(5.0, 0.0, 0, 0, 0, 0, 0, 0, 0)).endswith("latency -")
+    True
+    """  # noqa: E501
+    shown = [
+        f"{name} {stats.latency_ms[name]:.1f} ms" for name in _METER_PERCENTILES if name in stats.latency_ms
+    ]
+    return (
+        f"meter: {stats.throughput:.0f} rec/s, in flight {stats.in_flight}, pending {stats.pending}, "
+        f"marked {stats.marked}, purged {stats.purged}, reset {stats.reset}, dead {stats.dead}, "
+        f"latency {' '.join(shown) or '-'}"
+    )
 
 
 def register(app: typer.Typer) -> None:
@@ -35,7 +60,7 @@ def reap(
     Example: sluice reap -f reaper.yaml --metrics-addr 127.0.0.1:9464
     """
     from sluiceway.harvest import Harvest, HarvestConfig
-    from sluiceway.harvest.events import Event, MeterRead
+    from sluiceway.harvest.events import Event, LeaderAcquired, LeaderRefreshed, MeterRead
 
     config = HarvestConfig.from_file(file)
     if metrics_addr:
@@ -53,19 +78,14 @@ def reap(
 
     def on_event(event: Event) -> None:
         if isinstance(event, MeterRead):
-            s = event.stats
-            log.info(
-                "meter: %.0f rec/s, in flight %d, pending %d, marked %d, purged %d, reset %d, dead %d, "
-                "latency %s",
-                s.throughput,
-                s.in_flight,
-                s.pending,
-                s.marked,
-                s.purged,
-                s.reset,
-                s.dead,
-                {k: round(v, 1) for k, v in s.latency_ms.items()},
-            )
+            log.info("%s", meter_line(event.stats))
+        elif isinstance(event, LeaderAcquired):
+            # Not the lease holder id logged just before: this one is written into the rows this
+            # term marks, and changes on every term and refresh.
+            log.info("leading: marking outbox rows with leader id %s, publishing to %s", event.leader_id,
+                     event.destination or config.harvest.describe_destination())  # fmt: skip
+        elif isinstance(event, LeaderRefreshed):
+            log.info("new leader id %s: pending rows will be marked again", event.leader_id)
         else:
             log.info("event: %s", event)
 

@@ -102,7 +102,36 @@ def load_yaml(path: str | Path) -> Any:
     try:
         return yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML: {exc}", source=str(p)) from exc
+        raise ConfigError(f"not valid YAML: {describe_yaml_error(exc, text)}", source=str(p)) from exc
+
+
+def describe_yaml_error(exc: yaml.YAMLError, text: str) -> str:
+    r"""PyYAML's error in one line, with line and column, naming no ``<unicode string>``.
+
+    >>> try:
+    ...     yaml.safe_load("dataSource: [oops\n")
+    ... except yaml.YAMLError as exc:
+    ...     print(describe_yaml_error(exc, "dataSource: [oops\n"))
+    line 2, column 1: expected ',' or ']', but got '<stream end>' (while parsing a flow sequence at line 1, column 13: dataSource: [oops)
+    """  # noqa: E501
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return " ".join(str(exc).split())
+    lines = text.splitlines()
+
+    def at(mark: Any) -> str:
+        return f"line {mark.line + 1}, column {mark.column + 1}"
+
+    def quoted(mark: Any) -> str:
+        return lines[mark.line].strip() if 0 <= mark.line < len(lines) else ""
+
+    problem = exc.problem or "cannot parse"
+    where = f"{at(exc.problem_mark)}: " if exc.problem_mark is not None else ""
+    if exc.context and exc.context_mark is not None:
+        near = quoted(exc.context_mark)
+        return f"{where}{problem} ({exc.context} at {at(exc.context_mark)}{': ' + near if near else ''})"
+    near = quoted(exc.problem_mark) if exc.problem_mark is not None else ""
+    context = f"{exc.context}: " if exc.context else ""
+    return f"{where}{context}{problem}{' (in: ' + near + ')' if near else ''}"
 
 
 def validate(model: type[M], data: Any, *, source: str = "", env: Mapping[str, str] | None = None) -> M:

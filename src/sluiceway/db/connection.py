@@ -11,6 +11,7 @@ import contextlib
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from sluiceway.db.dsn import DataSource, Dialect, parse_dsn
@@ -20,6 +21,7 @@ from sluiceway.errors import (
     DatabaseUnavailableError,
     DeadlockError,
     LockTimeoutError,
+    NoSuchDatabaseError,
     SluicewayError,
 )
 
@@ -89,8 +91,15 @@ def map_db_error(exc: BaseException, what: str) -> SluicewayError:
     return cls(f"{what}: {type(exc).__name__}: {str(exc).strip()}", code=code)
 
 
-def open_raw(source: DataSource, *, connect_timeout: float = 5.0) -> Any:
-    """Open a driver connection in autocommit mode."""
+def open_raw(source: DataSource, *, connect_timeout: float = 5.0, read_only: bool = False) -> Any:
+    """Open a driver connection in autocommit mode.
+
+    ``read_only``: for commands that only look. SQLite then opens the file with ``mode=ro``
+    (a missing file is :class:`NoSuchDatabaseError`, not a new empty database) and leaves its
+    journal mode alone; the server databases are only read by such commands' statements.
+    """
+    if read_only and source.dialect is Dialect.SQLITE and source.target != ":memory:":
+        return _open_sqlite_read_only(source, connect_timeout)
     try:
         if source.dialect is Dialect.POSTGRES:
             import psycopg
@@ -122,6 +131,26 @@ def open_raw(source: DataSource, *, connect_timeout: float = 5.0) -> Any:
         ) from exc
 
 
+def _open_sqlite_read_only(source: DataSource, connect_timeout: float) -> Any:
+    path = Path(source.target)
+    if not path.is_file():
+        raise NoSuchDatabaseError(f"database file {source.target} does not exist")
+    try:
+        conn = sqlite3.connect(
+            f"{path.resolve().as_uri()}?mode=ro",
+            uri=True,
+            isolation_level=None,
+            timeout=connect_timeout,
+            check_same_thread=False,
+        )
+        conn.execute(f"PRAGMA busy_timeout={int(connect_timeout * 1000)}")
+    except sqlite3.Error as exc:
+        raise DatabaseUnavailableError(
+            f"cannot open {source.redacted()} for reading: {str(exc).strip()}", code=_classify(exc)[1]
+        ) from exc
+    return conn
+
+
 class Database:
     """One connection of ours, with reconnect and error mapping. Not shared across threads.
 
@@ -136,10 +165,13 @@ class Database:
         *,
         connect_timeout: float = 5.0,
         on_connect: Callable[[Any], object] | None = None,
+        read_only: bool = False,
     ) -> None:
         self.source = dsn if isinstance(dsn, DataSource) else parse_dsn(dsn)
         self.dialect = self.source.dialect
         self._connect_timeout = connect_timeout
+        #: Only reads: SQLite opens the file read-only (see :func:`open_raw`).
+        self.read_only = read_only
         #: Called with each new driver connection (session settings), before any statement.
         self._on_connect = on_connect
         self._conn: Any = None
@@ -150,7 +182,7 @@ class Database:
     @property
     def raw(self) -> Any:
         if self._conn is None:
-            conn = open_raw(self.source, connect_timeout=self._connect_timeout)
+            conn = open_raw(self.source, connect_timeout=self._connect_timeout, read_only=self.read_only)
             if self._on_connect is not None:
                 try:
                     self._on_connect(conn)

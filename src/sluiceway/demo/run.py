@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -97,8 +98,11 @@ def run_demo(
 
     console.rule("[bold]sluiceway demo")
     console.print(
-        f"data dir: {root}\noutbox:   {Database(dsn).source.redacted()}\n"
-        f"bus:      {'Kafka at ' + kafka if kafka else 'journal at ' + str(journal_path)}\n"
+        # Paths and DSNs are the user's: escaped, so that a [bracket] in them is not read as markup.
+        escape(
+            f"data dir: {root}\noutbox:   {Database(dsn).source.redacted()}\n"
+            f"bus:      {'Kafka at ' + kafka if kafka else 'journal at ' + str(journal_path)}\n"
+        )
     )
     prepare_shop(dsn)
     if kafka:
@@ -365,20 +369,20 @@ def _summary(console: Console, report: DemoReport) -> None:
     else:
         console.print("[bold red]✗ checks failed:[/]")
         for p in report.problems:
-            console.print(f"  - {p}")
+            console.print(f"  - {escape(p)}")
     console.print("\n[bold]outputs[/]")
     for name, where in report.outputs:
-        console.print(f"  {name:<12} {where}")
+        console.print(escape(f"  {name:<12} {where}"))
     console.print("\n[bold]look at them[/]")
     bin_dir = os.path.dirname(sys.executable)
     if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
-        console.print(f"  (first: source {os.path.join(bin_dir, 'activate')})")
+        console.print(escape(f"  (first: source {os.path.join(bin_dir, 'activate')})"))
     for cmd in report.commands:
-        console.print(f"  $ {cmd}")
+        console.print(escape(f"  $ {cmd}"))
     if report.workspace is not None:
         console.print(
             f"\n[bold]see it all in one place[/] (outbox, journal, pipeline, feed), in your browser:\n"
-            f"  $ sluice ui --config {report.workspace}"
+            f"  $ sluice ui --config {escape(str(report.workspace))}"
         )
 
 

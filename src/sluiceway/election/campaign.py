@@ -92,7 +92,10 @@ class LeaseCampaign:
         self.epoch, self._version = taken.epoch, taken.version
         self._valid_until = started + self.ttl * self.safety
         self._leader = True
-        log.info("lease %s acquired by %s (epoch %d)", self.name, self.holder, self.epoch)
+        # "holder" is this process's id in the lease table (sluice status shows it as the leader).
+        log.info(
+            "lease %r acquired: this process leads (holder %s, epoch %d)", self.name, self.holder, self.epoch
+        )
         self.listener.leader_acquired(self.epoch)
         return True
 
@@ -114,7 +117,7 @@ class LeaseCampaign:
             if not self._leader:
                 return
             self._leader = False
-        log.warning("lease %s lost by %s: %s", self.name, self.holder, why)
+        log.warning("lease %r lost by this process (holder %s): %s", self.name, self.holder, why)
         self.listener.leader_fenced()
 
 

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sluiceway.db import Database, Dialect, parse_dsn
+from sluiceway.db import Database, parse_dsn
 from sluiceway.feed import Feed, FeedStatus, Status
 from sluiceway.journal import Journal
 from sluiceway.overview.checks import evaluate
@@ -61,11 +61,9 @@ def _entry(
 
 
 def _database(dsn: str) -> Database:
-    """A connection for reading; a missing SQLite file is an error, not a new empty database."""
-    source = parse_dsn(dsn)
-    if source.dialect is Dialect.SQLITE and source.target != ":memory:" and not Path(source.target).exists():
-        raise FileNotFoundError(f"no SQLite database at {source.target}")
-    return Database(source)
+    """A connection for reading only: a missing SQLite file is an error, not a new empty database,
+    and an existing one is opened read-only (status writes nothing)."""
+    return Database(dsn, read_only=True)
 
 
 def outbox_entry(watch: OutboxWatch) -> dict[str, Any]:

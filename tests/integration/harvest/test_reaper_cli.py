@@ -194,7 +194,7 @@ def test_an_unreachable_broker_is_a_warning_every_ten_seconds_not_a_flood(
     started = time.monotonic()
     with reaper_process([sys.executable, "-m", "sluiceway.cli.main", "reap", "-f", str(config)], log) as proc:
         # Leading, with a publisher whose broker connections are refused every ~50 ms.
-        wait_until(lambda: "LeaderAcquired" in log.read_text(), timeout=60, message="leadership")
+        wait_until(lambda: "leading: marking" in log.read_text(), timeout=60, message="leadership")
         time.sleep(3)  # watch a few seconds of refused connections (nothing to wait for here)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0

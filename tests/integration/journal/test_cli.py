@@ -29,15 +29,21 @@ def run(*args: str, input: bytes | None = None) -> tuple[int, str]:
 def test_append_prints_offsets_and_read_prints_json_lines(path: str, tmp_path: Path) -> None:
     assert run(
         "append", path, "--key", "k1", "--value", "héllo", "--namespace", "users", "-H", "a=b", "-H", "c="
-    ) == (
-        0,
-        "0\n",
-    )
+    ) == (0, f"appended 1 record at offset 0 of {path}\n")
     blob = tmp_path / "blob.bin"
     blob.write_bytes(b"\xff\x00binary")
-    assert run("append", path, "--key", "k2", "--value-file", str(blob)) == (0, "1\n")
-    assert run("append", path, "--key", "k3", "--tombstone") == (0, "2\n")
-    assert run("append", path, "--key", "k4", "--value-file", "-", input=b"from stdin") == (0, "3\n")
+    assert run("append", path, "--key", "k2", "--value-file", str(blob)) == (
+        0,
+        f"appended 1 record at offset 1 of {path}\n",
+    )
+    assert run("append", path, "--key", "k3", "--tombstone") == (
+        0,
+        f"appended 1 tombstone at offset 2 of {path}\n",
+    )
+    assert run("append", path, "--key", "k4", "--value-file", "-", input=b"from stdin") == (
+        0,
+        f"appended 1 record at offset 3 of {path}\n",
+    )
     code, out = run("read", path)
     assert code == 0
     lines = [json.loads(line) for line in out.splitlines()]

@@ -134,7 +134,7 @@ def test_what_cannot_be_read_is_said_and_the_rest_still_shown(tmp_path: Path) ->
     assert [e["health"] for kind in ("outboxes", "journals", "pipelines") for e in report[kind]] == [
         "unavailable"
     ] * 3
-    assert "no SQLite database" in report["outboxes"][0]["error"]
+    assert "missing.db does not exist" in report["outboxes"][0]["error"]
     assert report["outboxes"][0]["rows"] is None and report["pipelines"][0]["name"] == "missing"
     assert not (tmp_path / "missing.db").exists(), "status creates nothing"
     assert sluice("status", "-c", str(config), "--check", cwd=tmp_path).returncode == 1
