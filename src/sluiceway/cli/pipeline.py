@@ -97,7 +97,16 @@ def run(
     logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
     from sluiceway.pipeline.runner import first_line
 
+    from sluiceway.pipeline.errors import PipelineError
+    from sluiceway.pipeline.preflight import check_sinks, check_source
+
     parsed = _spec(spec)
+    # Before Spark starts: a wrong path, DSN or server is one line at once (Pipeline.start checks again).
+    try:
+        check_source(parsed)
+        check_sinks(parsed)
+    except PipelineError as exc:
+        raise fail(f"{spec}: {exc}") from None
     endpoint = None
     metrics = None
     if metrics_addr:

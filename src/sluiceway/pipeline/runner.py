@@ -329,11 +329,16 @@ class Pipeline:
         return runs
 
     def preflight(self) -> None:
-        """Check what a source needs before any query starts, so a problem is one clear line.
-
-        For CDC: the server's settings and our privileges, the tables, the publication and the
-        slot (created when missing), and that no other run reads the slot.
+        """Check what the source and every sink need before any query starts, so a problem is
+        one clear line (:mod:`~sluiceway.pipeline.preflight`): the journal exists; databases,
+        brokers and directories can be reached. For CDC also: the server's settings and our
+        privileges, the tables, the publication and the slot (created when missing), and that
+        no other run reads the slot.
         """
+        from sluiceway.pipeline.preflight import check_sinks, check_source
+
+        check_source(self.spec)
+        check_sinks(self.spec)
         if self.spec.source.type != "postgres-cdc":
             return
         reader = self.cdc_reader(self.spec.sinks[0].name)
