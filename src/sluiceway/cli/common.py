@@ -16,8 +16,17 @@ from sluiceway.errors import SluicewayError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-console = Console()
-err_console = Console(stderr=True)
+#: Output that is not a terminal (a pipe, a file) is never cut to fit a width: it keeps its full lines.
+_UNBOUNDED = 100_000
+
+
+def _console(*, stderr: bool = False) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, width=None if stream.isatty() else _UNBOUNDED)
+
+
+console = _console()
+err_console = _console(stderr=True)
 
 #: ``--metrics-addr``, the same on every long-running command.
 METRICS_ADDR_HELP = (

@@ -169,7 +169,7 @@ def status_cmd(
             r.sink,
             r.state,
             str(r.committed_batch if r.committed_batch is not None else "-"),
-            json.dumps(r.position) if isinstance(r.position, dict) else str(r.position),
+            _position(r.position),
             "-" if r.lag is None else str(r.lag),
             "-" if r.last_offset is None else str(r.last_offset),
             str(r.records),
@@ -177,6 +177,12 @@ def status_cmd(
             (at + str(err.get("message", "")).splitlines()[0])[:80] if err else "",
         )
     console.print(table)
+
+
+def _position(position: Any) -> str:
+    if position is None:
+        return "no batch committed yet"
+    return json.dumps(position) if isinstance(position, dict) else str(position)
 
 
 def _print_cdc(source: dict[str, Any]) -> None:

@@ -54,6 +54,10 @@ class SourceError(PipelineError):
     """A source could not be read (missing journal, unreachable broker or database)."""
 
 
+class NoSuchOffset(PipelineError):
+    """An operator named an offset the source does not hold (``skip`` past its end)."""
+
+
 class DestinationUnreachable(PipelineError):
     """A sink's destination cannot be reached, or refuses the connection (a missing database, a
     wrong password, a server that is down): not the fault of any record, so no record is blamed

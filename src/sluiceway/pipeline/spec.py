@@ -45,12 +45,15 @@ def _regex(value: str) -> str:
 
 class RetrySpec(_Model):
     """How a sink retries: a failing batch ``attempts`` times with exponential backoff, then
-    record by record, each record ``record_attempts`` times."""
+    record by record, each record ``record_attempts`` times. A destination that cannot be
+    reached is no record's fault: the sink waits for it (backoff up to ``max_backoff``) for up to
+    ``outage``, then stops saying so."""
 
     attempts: int = Field(3, ge=1)
     backoff: Duration = 0.5
     max_backoff: Duration = 10.0
     record_attempts: int = Field(2, ge=1)
+    outage: Duration = 60.0
 
 
 # --- sources --------------------------------------------------------------------------------------
