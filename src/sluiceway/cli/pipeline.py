@@ -95,10 +95,9 @@ def run(
     logging.getLogger("py4j").setLevel(logging.WARNING)
     # A sink that stops is reported in one line below; py4j would print its proxy traceback too.
     logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
-    from sluiceway.pipeline.runner import first_line
-
     from sluiceway.pipeline.errors import PipelineError
     from sluiceway.pipeline.preflight import check_sinks, check_source
+    from sluiceway.pipeline.runner import first_line
 
     parsed = _spec(spec)
     # Before Spark starts: a wrong path, DSN or server is one line at once (Pipeline.start checks again).

@@ -111,7 +111,16 @@ def deliver(
         return Outcome(0)
     outcome = Outcome(0)
     try:
-        return _deliver(n, _reaching(write, policy, sleep, clock, what), policy, outcome, dead_letter, progress, sleep, what)
+        return _deliver(
+            n,
+            _reaching(write, policy, sleep, clock, what),
+            policy,
+            outcome,
+            dead_letter,
+            progress,
+            sleep,
+            what,
+        )
     except DestinationUnreachable as exc:
         outcome.unreachable = str(exc)
         return outcome

@@ -219,7 +219,7 @@ def check_sinks(spec: Any) -> None:
 
 
 def _text(exc: BaseException) -> str:
-    err = exc.args[0] if exc.args else None
-    if hasattr(err, "str") and callable(err.str):  # a KafkaException: its KafkaError's own words
+    err: Any = exc.args[0] if exc.args else None
+    if callable(getattr(err, "str", None)):  # a KafkaException: its KafkaError's own words
         return one_line(err.str())
     return one_line(exc) or type(exc).__name__

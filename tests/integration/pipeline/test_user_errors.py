@@ -117,7 +117,11 @@ MISSING_DB = f"nosuch_{uuid.uuid4().hex[:8]}"
         ),
         (
             '{name: mq, type: rabbitmq, url: "amqp://guest:wrong@127.0.0.1:5672/"}',
-            ["sink 'mq': destination unreachable", "rabbitmq amqp://guest:***@127.0.0.1:5672/", "ACCESS_REFUSED"],
+            [
+                "sink 'mq': destination unreachable",
+                "rabbitmq amqp://guest:***@127.0.0.1:5672/",
+                "ACCESS_REFUSED",
+            ],
         ),
         (
             '{name: cache, type: redis, url: "redis://127.0.0.1:6399/0"}',
@@ -200,12 +204,14 @@ def test_skip_past_the_end_of_the_source_is_refused(tmp_path: Path) -> None:
   checkpoint: ./cp
 """,
     )
-    line = one_line(sluice("pipeline", "skip", "orders.yaml", "--sink", "lake", "--offset", "500", cwd=tmp_path))
+    skip = ["pipeline", "skip", "orders.yaml", "--sink", "lake", "--offset"]
+    line = one_line(sluice(*skip, "500", cwd=tmp_path))
     assert line == (
-        "error: offset 500 is past the end of the source: journal ./journal holds offsets 0 to 2 (nothing skipped)"
+        "error: offset 500 is past the end of the source: journal ./journal holds offsets 0 to 2 "
+        "(nothing skipped)"
     )
     assert not (tmp_path / "cp").exists()
-    ok = sluice("pipeline", "skip", "orders.yaml", "--sink", "lake", "--offset", "2", cwd=tmp_path)
+    ok = sluice(*skip, "2", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     assert (tmp_path / "cp" / "lake").exists()
 
