@@ -24,8 +24,18 @@ from sluiceway.errors import SluicewayError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-console = Console(markup=False)
-err_console = Console(stderr=True, markup=False)
+#: Output that is not a terminal (a pipe, a file) is never cut to fit a width: it keeps its full lines.
+_UNBOUNDED = 100_000
+
+
+def _console(*, stderr: bool = False) -> Console:
+    # markup=False: user text (partition names, paths, driver messages) is shown as written.
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, markup=False, width=None if stream.isatty() else _UNBOUNDED)
+
+
+console = _console()
+err_console = _console(stderr=True)
 
 #: ``--metrics-addr``, the same on every long-running command.
 METRICS_ADDR_HELP = (

@@ -93,9 +93,17 @@ def run(
     logging.getLogger("py4j").setLevel(logging.WARNING)
     # A sink that stops is reported in one line below; py4j would print its proxy traceback too.
     logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+    from sluiceway.pipeline.errors import PipelineError
+    from sluiceway.pipeline.preflight import check_sinks, check_source
     from sluiceway.pipeline.runner import first_line
 
     parsed = _spec(spec)
+    # Before Spark starts: a wrong path, DSN or server is one line at once (Pipeline.start checks again).
+    try:
+        check_source(parsed)
+        check_sinks(parsed)
+    except PipelineError as exc:
+        raise fail(f"{spec}: {exc}") from None
     endpoint = None
     metrics = None
     if metrics_addr:
@@ -160,7 +168,7 @@ def status_cmd(
             r.sink,
             r.state,
             str(r.committed_batch if r.committed_batch is not None else "-"),
-            json.dumps(r.position) if isinstance(r.position, dict) else str(r.position),
+            _position(r.position),
             "-" if r.lag is None else str(r.lag),
             "-" if r.last_offset is None else str(r.last_offset),
             str(r.records),
@@ -168,6 +176,12 @@ def status_cmd(
             (at + str(err.get("message", "")).splitlines()[0])[:80] if err else "",
         )
     console.print(table)
+
+
+def _position(position: Any) -> str:
+    if position is None:
+        return "no batch committed yet"
+    return json.dumps(position) if isinstance(position, dict) else str(position)
 
 
 def _print_cdc(source: dict[str, Any]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sluiceway.errors import ConfigError, SluicewayError
 
 
@@ -50,3 +52,32 @@ class StepPaused(PipelineError):
 
 class SourceError(PipelineError):
     """A source could not be read (missing journal, unreachable broker or database)."""
+
+
+class NoSuchOffset(PipelineError):
+    """An operator named an offset the source does not hold (``skip`` past its end)."""
+
+
+class DestinationUnreachable(PipelineError):
+    """A sink's destination cannot be reached, or refuses the connection (a missing database, a
+    wrong password, a server that is down): not the fault of any record, so no record is blamed
+    and none is replayed one at a time. ``permanent``: waiting will not help (the run stops at
+    once); otherwise the sink waits for the destination with backoff for ``retry.outage``.
+    """
+
+    def __init__(self, problem: str, *, sink: str = "", permanent: bool = False) -> None:
+        self.problem, self.sink, self.permanent = problem, sink, permanent
+        where = f"sink {sink!r}: " if sink else ""
+        super().__init__(f"{where}destination unreachable: {problem}")
+
+    def __reduce__(self) -> Any:
+        return _unreachable, (self.problem, self.sink, self.permanent)
+
+
+def _unreachable(problem: str, sink: str, permanent: bool) -> DestinationUnreachable:
+    return DestinationUnreachable(problem, sink=sink, permanent=permanent)
+
+
+def one_line(text: object) -> str:
+    """A driver's message as one line: its lines joined, runs of spaces collapsed."""
+    return " ".join(str(text).split())

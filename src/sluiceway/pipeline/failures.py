@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sluiceway.pipeline.errors import DestinationUnreachable
+
 log = logging.getLogger("sluiceway.pipeline.failures")
 
 
@@ -27,6 +29,8 @@ class RetryPolicy:
     backoff: float = 0.5
     max_backoff: float = 10.0
     record_attempts: int = 2
+    #: Seconds a sink waits, retrying with backoff, for an unreachable destination to come back.
+    outage: float = 60.0
 
 
 def backoff_delays(attempts: int, first: float, cap: float) -> Iterator[float]:
@@ -51,10 +55,12 @@ class Outcome:
     failed_at: int | None = None
     error: str | None = None
     replayed: bool = False
+    #: The destination could not be reached (no record is to blame): why.
+    unreachable: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.failed_at is None
+        return self.failed_at is None and self.unreachable is None
 
 
 def _try(
@@ -67,6 +73,8 @@ def _try(
         try:
             action()
             return None
+        except DestinationUnreachable:
+            raise  # not this write's fault: no retry of it, no replay (see ``_reaching``)
         except Exception as exc:  # any failure of a sink is retried; the text is kept for the report
             error = f"{type(exc).__name__}: {exc}"
             log.warning("%s failed (attempt %d/%d): %s", what, attempt + 1, attempts, error)
@@ -89,20 +97,88 @@ def deliver(
     progress: Progress | None = None,
     sleep: Callable[[float], None] = time.sleep,
     what: str = "sink",
+    clock: Callable[[], float] = time.monotonic,
 ) -> Outcome:
     """Write positions ``[0, n)`` through ``write(lo, hi)``; see the module docstring.
 
     ``progress(written)`` is called as the written prefix grows during a replay (so a crash or a
     stop mid-replay resumes after the last good record). ``dead_letter(position, error)`` takes a
     record that failed ``record_attempts`` times; if it raises, the replay stops there.
+    A :class:`DestinationUnreachable` is no record's fault: waited out (``_reaching``), and if it
+    persists the outcome says so in ``unreachable``, with the records written before it.
     """
     if n == 0:
         return Outcome(0)
+    outcome = Outcome(0)
+    try:
+        return _deliver(
+            n,
+            _reaching(write, policy, sleep, clock, what),
+            policy,
+            outcome,
+            dead_letter,
+            progress,
+            sleep,
+            what,
+        )
+    except DestinationUnreachable as exc:
+        outcome.unreachable = str(exc)
+        return outcome
+
+
+def _reaching(
+    write: Callable[[int, int], None],
+    policy: RetryPolicy,
+    sleep: Callable[[float], None],
+    clock: Callable[[], float],
+    what: str,
+) -> Callable[[int, int], None]:
+    """``write``, waiting out an unreachable destination: tried again with backoff for up to
+    ``policy.outage`` seconds (a warning every ``_WARN_EVERY`` s), then the error is raised. A
+    permanent one (a missing database, a refused login) is raised at once."""
+
+    def attempt(lo: int, hi: int) -> None:
+        since: float | None = None
+        warned = -_WARN_EVERY
+        delay = policy.backoff
+        while True:
+            try:
+                write(lo, hi)
+                if since is not None:
+                    log.info("%s: destination reachable again after %.1f s", what, clock() - since)
+                return
+            except DestinationUnreachable as exc:
+                now = clock()
+                since = now if since is None else since
+                if exc.permanent or now - since >= policy.outage:
+                    raise
+                if now - warned >= _WARN_EVERY:
+                    warned = now
+                    log.warning("%s: %s (retrying for up to %g s)", what, exc, policy.outage)
+                sleep(min(delay, policy.max_backoff, max(0.0, since + policy.outage - now)))
+                delay = max(delay * 2, 0.01)
+
+    return attempt
+
+
+_WARN_EVERY = 10.0
+
+
+def _deliver(
+    n: int,
+    write: Callable[[int, int], None],
+    policy: RetryPolicy,
+    outcome: Outcome,
+    dead_letter: Callable[[int, str], None] | None,
+    progress: Progress | None,
+    sleep: Callable[[float], None],
+    what: str,
+) -> Outcome:
     error = _try(lambda: write(0, n), policy.attempts, policy, sleep, f"{what}: batch of {n}")
     if error is None:
         return Outcome(n)
     log.warning("%s: batch keeps failing; replaying its %d records one at a time", what, n)
-    outcome = Outcome(0, replayed=True)
+    outcome.replayed = True
     for i in range(n):
         rec_error = _try(_bind(write, i), policy.record_attempts, policy, sleep, f"{what}: record {i}")
         if rec_error is not None:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from sluiceway.pipeline.errors import SourceError
+from sluiceway.pipeline.errors import NoSuchOffset, SourceError
 from sluiceway.pipeline.record import RECORD_SCHEMA
 from sluiceway.pipeline.spec import PipelineSpec
 from sluiceway.pipeline.state import StateStore
@@ -177,9 +178,53 @@ def skip(spec: PipelineSpec, sink: str, offset: int) -> None:
     spec.sink(sink)  # names the sink or raises SpecError
     if offset < 0:
         raise ValueError("offset must be >= 0")
+    bounds = SOURCE_ENDS.get(spec.source.type)
+    end = bounds(spec.source) if bounds is not None else None
+    if end is not None and offset >= end:
+        held = f"holds offsets 0 to {end - 1}" if end else "holds no records"
+        raise NoSuchOffset(
+            f"offset {offset} is past the end of the source: {spec.source.type} {_where(spec.source)} "
+            f"{held} (nothing skipped)"
+        )
     with StateStore(spec.checkpoint_dir(sink)).update() as st:
         if offset not in st.skip:
             st.skip.append(offset)
+
+
+def _journal_end(src: Any) -> int:
+    from sluiceway.pipeline.sources.journal import journal_head
+
+    return journal_head(src.path)
+
+
+def _kafka_end(src: Any) -> int:
+    from sluiceway.pipeline.sources.kafka import KafkaAdmin, kafka_config
+
+    admin = KafkaAdmin(kafka_config({f"kafka.{k}": v for k, v in src.config.items()}), src.topics)
+    try:
+        return max(admin.watermarks(low=False).values(), default=0)  # offsets are per partition
+    finally:
+        admin.close()
+
+
+def _nats_end(src: Any) -> int:
+    from sluiceway.pipeline.sources.nats import stream_bounds
+
+    return stream_bounds(list(src.servers), src.stream)[1]
+
+
+#: The next offset of each kind of source that can tell it cheaply (``skip`` refuses offsets past it).
+SOURCE_ENDS: dict[str, Callable[[Any], int]] = {
+    "journal": _journal_end,
+    "kafka": _kafka_end,
+    "nats": _nats_end,
+}
+
+
+def _where(src: Any) -> str:
+    if src.type == "journal":
+        return str(src.path)
+    return str(getattr(src, "stream", None) or ",".join(getattr(src, "topics", [])))
 
 
 def inspect(spec: PipelineSpec, start: int, end: int, *, limit: int = 1000) -> pa.Table:

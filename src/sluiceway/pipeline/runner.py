@@ -365,13 +365,20 @@ class Pipeline:
         return runs
 
     def preflight(self) -> None:
-        """Check what a source needs before any query starts, so a problem is one clear line.
-
-        For CDC: the server's settings and our privileges, the tables, the publication and the
-        slot (created when missing), that no one else reads the slot, and that the capture's
-        journal is not behind it. The capture stays prepared for :meth:`start`.
+        """Check what the source and every sink need before any query starts, so a problem is
+        one clear line (:mod:`~sluiceway.pipeline.preflight`): the journal exists; databases,
+        brokers and directories can be reached. For CDC also: the server's settings and our
+        privileges, the tables, the publication and the slot (created when missing), that no one
+        else reads the slot, and that the capture's journal is not behind it. The capture stays
+        prepared for :meth:`start`.
         """
-        if self.spec.source.type != "postgres-cdc" or self.capture is not None:
+        from sluiceway.pipeline.preflight import check_sinks, check_source
+
+        if self.capture is not None:
+            return
+        check_source(self.spec)
+        check_sinks(self.spec)
+        if self.spec.source.type != "postgres-cdc":
             return
         service = capture_service(self.spec)
         service.prepare()

@@ -16,11 +16,13 @@ An invalid spec raises :class:`~sluiceway.pipeline.errors.SpecError` naming the 
 
 from __future__ import annotations
 
+import difflib
 import re
+import types
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal, Self, Union, get_args, get_origin
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from sluiceway.config.brokers import NatsSettings, RabbitMqSettings, RedisSettings, StreamName
 from sluiceway.config.loader import interpolate, load_yaml
@@ -43,12 +45,15 @@ def _regex(value: str) -> str:
 
 class RetrySpec(_Model):
     """How a sink retries: a failing batch ``attempts`` times with exponential backoff, then
-    record by record, each record ``record_attempts`` times."""
+    record by record, each record ``record_attempts`` times. A destination that cannot be
+    reached is no record's fault: the sink waits for it (backoff up to ``max_backoff``) for up to
+    ``outage``, then stops saying so."""
 
     attempts: int = Field(3, ge=1)
     backoff: Duration = 0.5
     max_backoff: Duration = 10.0
     record_attempts: int = Field(2, ge=1)
+    outage: Duration = 60.0
 
 
 # --- sources --------------------------------------------------------------------------------------
@@ -396,7 +401,10 @@ class PipelineSpec(_Model):
         if "pipeline" in data:
             if set(data) != {"pipeline"}:
                 extra = sorted(set(data) - {"pipeline"})
-                raise SpecError(f"unknown top-level key(s) {extra}", path=extra[0], source=source)
+                problem = "unknown key (a spec holds one top-level key, 'pipeline')"
+                if len(extra) > 1:
+                    problem += "; " + "; ".join(f"{k}: unknown key" for k in extra[1:])
+                raise SpecError(problem, path=str(extra[0]), source=source)
             data, prefix = data["pipeline"], "pipeline"
             if not isinstance(data, dict):
                 raise SpecError("expected a mapping", path="pipeline", source=source)
@@ -440,8 +448,20 @@ _TAGS = {
 
 
 def describe(exc: ValidationError, prefix: str = "") -> tuple[str, str]:
-    """The first problem of a pydantic error as (``pipeline.sinks[1].table``, what was expected)."""
-    err = exc.errors()[0]
+    """Every problem of a pydantic error, unknown keys first: (the first one's path, all of them).
+
+    ``("pipeline.sinks[0].paht", "unknown key (did you mean 'path'?); pipeline.sinks[0].path:
+    required but missing")`` — the caller prints ``<file>: <path>: <problems>``.
+    """
+    errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+    problems = [_problem(err, prefix) for err in errors]
+    path, msg = problems[0]
+    rest = [f"{p}: {m}" if p else m for p, m in problems[1:]]
+    return path, "; ".join([msg, *rest])
+
+
+def _problem(err: Any, prefix: str) -> tuple[str, str]:
+    """One pydantic error as (``pipeline.sinks[1].table``, what was expected)."""
     parts: list[str] = [prefix] if prefix else []
     for p in err["loc"]:
         if isinstance(p, int):
@@ -453,7 +473,9 @@ def describe(exc: ValidationError, prefix: str = "") -> tuple[str, str]:
     path = ".".join(parts)
     kind = err["type"]
     if kind == "extra_forbidden":
-        msg = "unknown key (check its spelling and indentation)"
+        msg = "unknown key"
+        guess = _did_you_mean(err["loc"], top=not prefix)
+        msg += f" (did you mean {guess!r}?)" if guess else " (check its spelling and indentation)"
     elif kind == "missing":
         msg = "required but missing"
     elif kind == "union_tag_invalid":
@@ -473,9 +495,46 @@ def describe(exc: ValidationError, prefix: str = "") -> tuple[str, str]:
     if m and kind == "value_error" and not m.group(1).startswith("give"):
         path = f"{path}.{m.group(1)}" if path else m.group(1)
         msg = m.group(2)
-    if len(exc.errors()) > 1:
-        msg += f" (and {len(exc.errors()) - 1} more problem(s))"
     return path, msg
+
+
+def _did_you_mean(loc: tuple[Any, ...], *, top: bool) -> str | None:
+    """The known key closest to an unknown one, from the models at that place in the spec."""
+    models: list[Any] = [PipelineSpec]
+    for step in loc[:-1]:
+        models = [m for model in models for m in _descend(model, step)]
+    keys: set[str] = {"pipeline"} if top and len(loc) == 1 else set()
+    for model in models:
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            for name, info in model.model_fields.items():
+                keys.update(k for k in (name, info.alias) if k and not k.endswith("_"))
+    close = difflib.get_close_matches(str(loc[-1]), sorted(keys), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _members(tp: Any) -> list[Any]:
+    """The types a field may hold: ``Annotated``, unions and ``None`` unwrapped."""
+    origin = get_origin(tp)
+    if origin is Annotated:
+        return _members(get_args(tp)[0])
+    if origin is Union or origin is types.UnionType:
+        return [m for arg in get_args(tp) for m in _members(arg)]
+    return [] if tp is type(None) else [tp]
+
+
+def _descend(tp: Any, step: Any) -> list[Any]:
+    """The types one step of an error's location leads to from ``tp``."""
+    if isinstance(step, int):
+        return _members(get_args(tp)[0]) if get_origin(tp) is list and get_args(tp) else []
+    if not (isinstance(tp, type) and issubclass(tp, BaseModel)):
+        return []
+    for name, info in tp.model_fields.items():
+        if step in (name, info.alias):
+            return _members(info.annotation)
+    tag = tp.model_fields.get("type")
+    if tag is not None and step in get_args(tag.annotation):
+        return [tp]  # pydantic's tagged-union step: the member the tag chose
+    return []
 
 
 class SpecBuilder:

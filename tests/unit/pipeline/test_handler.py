@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from sluiceway.journal import Journal
 from sluiceway.pipeline import PipelineSpec, Record, SinkFailed, StepPaused
 from sluiceway.pipeline.operator import skip
 from sluiceway.pipeline.record import records_to_arrow
@@ -41,7 +42,7 @@ def make(
         sink["dead_letter"] = {"type": "console"}
     spec = (
         PipelineSpec.builder("p")
-        .source("journal", path="j")
+        .source("journal", path=str(tmp_path / "j"))
         .sink("s", "console", **sink)
         .checkpoint(tmp_path)
         .build()
@@ -87,6 +88,9 @@ def test_failure_stops_at_the_bad_record_and_a_replay_resumes_after_the_good_one
         handler.handle(rows, 3, sleep=lambda s: None)
     assert writer.rows == []
 
+    with Journal.open(tmp_path / "j", fsync=False) as j, j.append() as tx:
+        for i in range(14):  # the source holds offset 12 (skip refuses offsets it does not hold)
+            tx.write(f"k{i}", b"v", namespace="n")
     skip(spec, "s", 12)  # the operator marks it done
     handler.handle(rows, 3, sleep=lambda s: None)
     assert writer.rows == [(13, "c")]

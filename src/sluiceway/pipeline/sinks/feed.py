@@ -12,6 +12,9 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
+from sluiceway.errors import DatabaseUnavailableError
+from sluiceway.pipeline.errors import DestinationUnreachable, one_line
+
 
 class FeedSink:
     def __init__(
@@ -34,7 +37,10 @@ class FeedSink:
         from sluiceway.feed import Feed, NewPartition
 
         if self._feed is None:
-            self._feed = Feed(self.dsn, prefix=self.prefix)
+            try:
+                self._feed = Feed(self.dsn, prefix=self.prefix)
+            except DatabaseUnavailableError as exc:  # not the records' fault: wait, then say so
+                raise DestinationUnreachable(one_line(exc)) from None
         groups: dict[str, list[bytes]] = {}
         for row in table.select(["offset", "namespace", "key", "value"]).to_pylist():
             name = self.template.format(namespace=row["namespace"], key=row["key"], offset=row["offset"])

@@ -59,7 +59,7 @@ class Stopping(PipelineError):
 
 def policy_of(spec: Any) -> RetryPolicy:
     r = spec.retry
-    return RetryPolicy(r.attempts, r.backoff, r.max_backoff, r.record_attempts)
+    return RetryPolicy(r.attempts, r.backoff, r.max_backoff, r.record_attempts, r.outage)
 
 
 class BatchHandler:

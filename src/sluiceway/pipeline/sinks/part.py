@@ -145,6 +145,11 @@ def write_part(
     if outcome.ok:
         end = todo[-1] + 1 if (result.paused and todo) else n
         result.last, result.rank = progress_at(offsets, end)
+    elif outcome.unreachable is not None:
+        # No record is to blame: progress up to the first record not written, no failed offset.
+        result.last, result.rank = progress_at(offsets, todo[outcome.written])
+        result.last_good = result.last_offset
+        result.error = outcome.unreachable
     else:
         assert outcome.failed_at is not None
         failed = todo[outcome.failed_at]

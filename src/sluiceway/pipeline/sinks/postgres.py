@@ -16,6 +16,8 @@ import pyarrow as pa
 
 from sluiceway.db import Dialect, quote_identifier
 from sluiceway.db.identifiers import check_identifier
+from sluiceway.errors import DatabaseUnavailableError
+from sluiceway.pipeline.errors import DestinationUnreachable, one_line
 
 PROGRESS_TABLE = "sluice_sink_progress"
 
@@ -65,12 +67,15 @@ class PostgresSink:
         self._columns: list[str] | None = None
 
     def _connect(self, schema: pa.Schema) -> Any:
-        import psycopg
-
+        from sluiceway.db.connection import open_raw
         from sluiceway.db.dsn import parse_dsn
 
         if self._conn is None:
-            self._conn = psycopg.connect(parse_dsn(self.dsn).target, autocommit=True)
+            try:
+                self._conn = open_raw(parse_dsn(self.dsn))
+            except DatabaseUnavailableError as exc:
+                # Not the records' fault: the sink waits for the server, then stops saying so.
+                raise DestinationUnreachable(one_line(exc)) from None
             self._conn.execute(
                 f"CREATE TABLE IF NOT EXISTS {PROGRESS_TABLE} (sink TEXT PRIMARY KEY, token TEXT NOT NULL)"
             )
@@ -116,6 +121,12 @@ class PostgresSink:
                     "ON CONFLICT (sink) DO UPDATE SET token = EXCLUDED.token",
                     (self.sink, token),
                 )
+        except Exception as exc:
+            lost = self._conn is not None and self._conn.broken
+            self.close()
+            if lost:  # the connection dropped mid-write (a restart, a network cut): wait for it
+                raise DestinationUnreachable(f"lost the connection: {one_line(exc)}") from exc
+            raise
         except BaseException:
             self.close()
             raise

@@ -1,0 +1,225 @@
+"""Checks at start, before Spark runs any batch: can every source be read and every sink reached?
+
+A wrong path, DSN, server or stream is then one line and a non-zero exit at once — not a "bad
+record", a stack trace and a sink stopped at offset 0. One check per kind of source and sink, in
+:data:`SOURCE_CHECKS` and :data:`SINK_CHECKS` (a kind without an entry has nothing to reach:
+``console``). Each check connects with a short timeout and closes again; it writes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sluiceway.errors import BrokerError, ConfigError, DatabaseError
+from sluiceway.pipeline.errors import DestinationUnreachable, SourceError, one_line
+
+#: Seconds a check waits for a server to answer.
+CONNECT_TIMEOUT = 5.0
+
+
+# --- sources ---------------------------------------------------------------------------------------
+def _journal_source(src: Any) -> None:
+    from sluiceway.journal import Journal, JournalNotFoundError
+
+    try:
+        Journal.head_offset(src.path)
+    except JournalNotFoundError:
+        raise SourceError(f"pipeline.source.path: no journal at {src.path}") from None
+
+
+def _kafka_source(src: Any) -> None:
+    from sluiceway.pipeline.sources.kafka import KafkaAdmin
+
+    servers = src.config.get("bootstrap.servers", "")
+    try:
+        _kafka_reach(src.config)
+        admin = KafkaAdmin({**src.config, "log_level": "0"}, src.topics, timeout=CONNECT_TIMEOUT)
+        try:
+            admin.partitions()
+        finally:
+            admin.close()
+    except DestinationUnreachable as exc:
+        raise SourceError(f"pipeline.source: {exc.problem}") from None
+    except Exception as exc:
+        raise SourceError(f"pipeline.source: kafka {servers}: {_text(exc)}") from None
+
+
+def _outbox_source(src: Any) -> None:
+    from sluiceway.db import Database
+    from sluiceway.outbox.table import locate_outbox
+
+    try:
+        with Database(src.dsn, connect_timeout=CONNECT_TIMEOUT) as db:
+            locate_outbox(db, src.table)
+    except (DatabaseError, ConfigError) as exc:
+        raise SourceError(f"pipeline.source: {_text(exc)}") from None
+
+
+def _nats_source(src: Any) -> None:
+    from sluiceway.pipeline.sources.nats import stream_bounds
+
+    try:
+        stream_bounds(list(src.servers), src.stream)
+    except BrokerError as exc:
+        raise SourceError(f"pipeline.source: {_text(exc)}") from None
+
+
+def _redis_source(src: Any) -> None:
+    try:
+        _redis(src)
+    except DestinationUnreachable as exc:
+        raise SourceError(f"pipeline.source: {exc.problem}") from None
+
+
+#: The check of each kind of source (``postgres-cdc`` is checked by its capture: ``Pipeline.preflight``).
+SOURCE_CHECKS: dict[str, Callable[[Any], None]] = {
+    "journal": _journal_source,
+    "kafka": _kafka_source,
+    "outbox": _outbox_source,
+    "nats": _nats_source,
+    "redis": _redis_source,
+}
+
+
+# --- sinks -----------------------------------------------------------------------------------------
+def _writable_dir(path: str) -> None:
+    """``path`` is a directory we can write in, or can be created (its nearest existing parent is)."""
+    p = Path(path).absolute()
+    if p.exists():
+        if not p.is_dir():
+            raise DestinationUnreachable(f"{path} is not a directory", permanent=True)
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise DestinationUnreachable(f"{path}: permission denied", permanent=True)
+        return
+    parent = next(a for a in p.parents if a.exists())
+    if not parent.is_dir():
+        raise DestinationUnreachable(f"cannot create {path}: {parent} is not a directory", permanent=True)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise DestinationUnreachable(f"cannot create {path}: {parent}: permission denied", permanent=True)
+
+
+def _journal_sink(sink: Any) -> None:
+    _writable_dir(sink.path)
+
+
+def _files_sink(sink: Any) -> None:
+    _writable_dir(sink.path)
+
+
+def _database(dsn: str) -> None:
+    from sluiceway.db.connection import open_raw
+    from sluiceway.db.dsn import parse_dsn
+
+    try:
+        open_raw(parse_dsn(dsn), connect_timeout=CONNECT_TIMEOUT).close()
+    except DatabaseError as exc:
+        raise DestinationUnreachable(_text(exc), permanent=True) from None
+
+
+def _postgres_sink(sink: Any) -> None:
+    _database(sink.dsn)
+
+
+def _feed_sink(sink: Any) -> None:
+    _database(sink.dsn)
+
+
+def _kafka_reach(config: dict[str, str]) -> None:
+    """One metadata request to the brokers (librdkafka's own log lines silenced: we say it once)."""
+    from confluent_kafka.admin import AdminClient
+
+    servers = config.get("bootstrap.servers", "")
+    try:
+        AdminClient({**config, "log_level": "0"}).list_topics(timeout=CONNECT_TIMEOUT)
+    except Exception as exc:
+        raise DestinationUnreachable(f"kafka {servers}: {_text(exc)}", permanent=True) from None
+
+
+def _kafka_sink(sink: Any) -> None:
+    _kafka_reach(dict(sink.config))
+
+
+def _broker(settings: Any) -> None:
+    from sluiceway.brokers import open_client
+
+    async def reach() -> None:
+        client = open_client(settings)
+        try:
+            await asyncio.wait_for(client.connect(), CONNECT_TIMEOUT + 1)
+        finally:
+            await client.close()
+
+    _run(reach(), settings)
+
+
+def _redis(settings: Any) -> None:
+    from sluiceway.brokers.redis import connect_redis, map_error
+
+    async def reach() -> None:
+        client = connect_redis(settings)
+        try:
+            await client.ping()
+        except Exception as exc:
+            raise map_error(exc, "connect") from exc
+        finally:
+            await client.aclose()
+
+    _run(reach(), settings)
+
+
+def _run(check: Any, settings: Any) -> None:
+    try:
+        asyncio.run(check)
+    except TimeoutError:
+        raise DestinationUnreachable(
+            f"{settings.describe()}: no answer within {CONNECT_TIMEOUT + 1:g} s"
+        ) from None
+    except BrokerError as exc:
+        raise DestinationUnreachable(f"{settings.describe()}: {_text(exc)}", permanent=True) from None
+
+
+#: The check of each kind of sink (``console`` has nothing to reach).
+SINK_CHECKS: dict[str, Callable[[Any], None]] = {
+    "journal": _journal_sink,
+    "parquet": _files_sink,
+    "json": _files_sink,
+    "csv": _files_sink,
+    "postgres": _postgres_sink,
+    "feed": _feed_sink,
+    "kafka": _kafka_sink,
+    "nats": _broker,
+    "rabbitmq": _broker,
+    "redis": _redis,
+}
+
+
+def check_source(spec: Any) -> None:
+    """Raise :class:`SourceError` (one line, naming the spec key) when the source cannot be read."""
+    check = SOURCE_CHECKS.get(spec.source.type)
+    if check is not None:
+        check(spec.source)
+
+
+def check_sinks(spec: Any) -> None:
+    """Raise :class:`DestinationUnreachable` naming the first sink (or its dead-letter sink) that
+    cannot be reached."""
+    for sink in spec.sinks:
+        for name, target in ((sink.name, sink), (f"{sink.name}.dead_letter", sink.dead_letter)):
+            check = SINK_CHECKS.get(target.type) if target is not None else None
+            if check is None:
+                continue
+            try:
+                check(target)
+            except DestinationUnreachable as exc:
+                raise DestinationUnreachable(exc.problem, sink=name, permanent=exc.permanent) from None
+
+
+def _text(exc: BaseException) -> str:
+    err: Any = exc.args[0] if exc.args else None
+    if callable(getattr(err, "str", None)):  # a KafkaException: its KafkaError's own words
+        return one_line(err.str())
+    return one_line(exc) or type(exc).__name__
