@@ -32,10 +32,11 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from sluiceway.cdc.columnar import RowResult, decode_group
-from sluiceway.cdc.model import Chunk, ChunkLoader, Row, Stretch, TableInfo, TypeResolver, parse_watermark
+from sluiceway.cdc.model import Chunk, ChunkLoader, Row, Stretch, TableInfo, TypeResolver
 from sluiceway.cdc.pgoutput import Begin, Commit, Message, Relation, Truncate, decode
 from sluiceway.cdc.records import build_records
 from sluiceway.cdc.relation import RelationDecoder
+from sluiceway.cdc.watermark import Mark, Watermark
 from sluiceway.errors import InvariantViolation
 
 _RELID = struct.Struct(">I")
@@ -72,10 +73,10 @@ class _Groups:
         return len(self.tables) - 1
 
 
-def _scan_windows(rows: Sequence[Row], prefix: str) -> tuple[set[int], dict[int, str]]:
+def _scan_windows(rows: Sequence[Row], prefix: str) -> tuple[set[int], dict[int, Mark]]:
     """Chunks whose ``L`` is in the decode, and how each chunk's window closes (``H``/``A``)."""
     opened: set[int] = set()
-    closes: dict[int, str] = {}
+    closes: dict[int, Mark] = {}
     for _lsn, _xid, data in rows:
         if data[0] != 0x4D:  # 'M'
             continue
@@ -83,11 +84,11 @@ def _scan_windows(rows: Sequence[Row], prefix: str) -> tuple[set[int], dict[int,
         assert isinstance(msg, Message)
         if msg.prefix != prefix or msg.transactional:
             continue
-        kind, arg = parse_watermark(msg.content)
-        if kind == "L":
-            opened.add(int(arg.split()[0]))
-        elif kind in ("H", "A") and int(arg) not in closes:
-            closes[int(arg)] = kind  # the first close wins: the WAL decides, not the copier's state
+        mark = Watermark.parse(msg.content)
+        if mark.kind is Mark.OPEN and mark.chunk is not None:
+            opened.add(mark.chunk)
+        elif mark.closes and mark.chunk is not None and mark.chunk not in closes:
+            closes[mark.chunk] = mark.kind  # the first close wins: the WAL decides, not the copier's state
     return opened, closes
 
 
@@ -113,7 +114,7 @@ def assemble(
     # keys, changed anywhere before their H, must be dropped from their rows.
     live: dict[int, Chunk] = {}
     for cid in opened:
-        if closes.get(cid) == "H":
+        if closes.get(cid) is Mark.CLOSE:
             chunk = chunks(cid)
             if chunk is None:
                 raise InvariantViolation(f"chunk {cid} was closed in the WAL but its rows are missing")
@@ -197,16 +198,15 @@ def assemble(
             if begin is not None or msg.lsn <= start or (upper is not None and msg.lsn > upper):
                 continue
             if msg.prefix == prefix:
-                wkind, arg = parse_watermark(msg.content)
-                if wkind == "L":
-                    cid = int(arg.split()[0])
-                    if cid not in closes:
-                        pending = cid  # stop before the window; the position stays before the L
+                mark = Watermark.parse(msg.content)
+                if mark.kind is Mark.OPEN and mark.chunk is not None:
+                    if mark.chunk not in closes:
+                        pending = mark.chunk  # stop before the window; the position stays before the L
                         break
-                    window.add(cid)
-                elif wkind in ("H", "A"):
-                    window.discard(int(arg))
-                stretch.marks.append((stretch.next_seq(), msg.lsn, wkind, arg))
+                    window.add(mark.chunk)
+                elif mark.closes and mark.chunk is not None:
+                    window.discard(mark.chunk)
+                stretch.marks.append((stretch.next_seq(), msg.lsn, mark))
             end = msg.lsn
             if limit is not None and _counted(stretch, live) >= limit and not window:
                 break
@@ -232,7 +232,9 @@ def assemble(
 
 def _counted(stretch: Stretch, live: Mapping[int, Chunk]) -> int:
     copied = sum(
-        len(live[int(arg)].keys) for _s, _p, kind, arg in stretch.marks if kind == "H" and int(arg) in live
+        len(live[mark.chunk].keys)
+        for _s, _p, mark in stretch.marks
+        if mark.kind is Mark.CLOSE and mark.chunk is not None and mark.chunk in live
     )
     return len(stretch.item_seq) + len(stretch.truncates) + copied
 

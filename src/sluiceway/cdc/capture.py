@@ -40,13 +40,15 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from sluiceway.cdc.assemble import assemble
-from sluiceway.cdc.errors import CdcError, LostChangesError, StreamInterrupted
-from sluiceway.cdc.model import Row, TableInfo, watermark_prefix
+from sluiceway.cdc.errors import CdcError, LostChangesError, SlotInUseError, StreamInterrupted
+from sluiceway.cdc.model import Row, TableInfo
 from sluiceway.cdc.pgoutput import Commit, Message, decode, format_lsn
 from sluiceway.cdc.postgres import CdcSession, TableSpec, check_publication_name, check_slot_name
 from sluiceway.cdc.state import CopyState, SourceState, TableCopy
 from sluiceway.cdc.stream import ReplicationStream, StreamOptions, local_socket_dsn
 from sluiceway.cdc.target import CaptureTarget
+from sluiceway.cdc.watermark import Watermark
+from sluiceway.cdc.watermark import prefix as watermark_prefix
 
 log = logging.getLogger("sluiceway.cdc")
 
@@ -141,7 +143,7 @@ class Capture:
             time.sleep(0.2)
             info = session.slot(opts.slot) or info
         if info.active_pid is not None:
-            raise CdcError(
+            raise SlotInUseError(
                 f"replication slot {opts.slot!r} is being read by another process (pid {info.active_pid}): "
                 "stop it first, or give this capture a slot of its own"
             )
@@ -285,11 +287,11 @@ class Capture:
 
     def _heartbeat(self, stream: ReplicationStream) -> None:
         if stream.wal_end - self.position >= self.options.heartbeat_bytes:
-            self.session.emit(self.prefix, "P")
+            self.session.emit(self.prefix, Watermark.heartbeat().encode())
 
     def sync_point(self) -> int:
         """Write a heartbeat watermark now; its position (the capture has caught up once past it)."""
-        return self.session.emit(self.prefix, "P")
+        return self.session.emit(self.prefix, Watermark.heartbeat().encode())
 
     def catch_up(self, timeout: float | None = None) -> None:
         """Stream until the copy is complete and every change committed before now is appended."""
@@ -336,7 +338,9 @@ class Capture:
                     log.warning(
                         "cdc: chunk %d was left open by a capture that stopped; abandoned it", state.open
                     )
-                    state.closes[str(state.open)] = session.emit(self.prefix, f"A {state.open}")
+                    state.closes[str(state.open)] = session.emit(
+                        self.prefix, Watermark.abandoned(state.open).encode()
+                    )
                     state.open = None
                     store.save(state)
                 for table in self._tables:
@@ -381,13 +385,13 @@ class Capture:
         state.open = chunk
         store.save(state)
         try:
-            session.emit(self.prefix, f"L {chunk} {table.namespace}")
+            session.emit(self.prefix, Watermark.opened(chunk, table.namespace).encode())
             read = session.read_chunk(table, progress.last, self.options.chunk_size)
             store.write_chunk(chunk, table.namespace, read.snapshot, read.read_time, read.keys, read.values)
-            close = session.emit(self.prefix, f"H {chunk}")
+            close = session.emit(self.prefix, Watermark.closed(chunk).encode())
         except BaseException:
             try:
-                state.closes[str(chunk)] = session.emit(self.prefix, f"A {chunk}")
+                state.closes[str(chunk)] = session.emit(self.prefix, Watermark.abandoned(chunk).encode())
                 state.open = None
                 store.save(state)
             except Exception as exc:  # the next run abandons it instead
@@ -400,7 +404,8 @@ class Capture:
         progress.chunks += 1
         if read.done:
             progress.done = True
-            progress.completed_at = state.frontier = session.emit(self.prefix, f"T {table.namespace}")
+            done = Watermark.completed(table.namespace).encode()
+            progress.completed_at = state.frontier = session.emit(self.prefix, done)
             log.info("cdc: copied %s (%d rows in %d chunks)", table.namespace, progress.rows, progress.chunks)
         store.save(state)
 

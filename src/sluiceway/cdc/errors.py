@@ -10,7 +10,7 @@ class CdcError(SluicewayError):
 
 
 class SlotInUseError(CdcError):
-    """Another running pipeline reads the same replication slot."""
+    """Another process (a running pipeline or capture) reads the same replication slot."""
 
 
 class LostChangesError(CdcError):

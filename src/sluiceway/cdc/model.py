@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from sluiceway.cdc.values import PgType
+from sluiceway.cdc.watermark import Watermark
 
 Row = tuple[int, int, bytes]  # (lsn, xid, data) as the slot returns them
 
@@ -68,17 +69,6 @@ TypeResolver = Callable[[Iterable[int]], Mapping[int, PgType]]
 ChunkLoader = Callable[[int], Chunk | None]
 
 
-# --- watermark messages ---------------------------------------------------------------------------
-def watermark_prefix(slot: str) -> str:
-    return f"sluice-cdc:{slot}"
-
-
-def parse_watermark(content: bytes) -> tuple[str, str]:
-    """``b"H 12"`` → ``("H", "12")``."""
-    kind, _, arg = content.decode().partition(" ")
-    return kind, arg
-
-
 @dataclass(slots=True)
 class Stretch:
     """What pass 1 finds: transactions, their changes (flat, in stream order), watermarks.
@@ -99,8 +89,8 @@ class Stretch:
     item_seq: list[int] = field(default_factory=list)
     # per truncated relation: (seq, transaction, group)
     truncates: list[tuple[int, int, int]] = field(default_factory=list)
-    # watermarks in range: (seq, position, kind, argument)
-    marks: list[tuple[int, int, str, str]] = field(default_factory=list)
+    # watermarks in range: (seq, position, watermark)
+    marks: list[tuple[int, int, Watermark]] = field(default_factory=list)
     seq: int = 0
 
     def next_seq(self) -> int:

@@ -17,22 +17,19 @@ holds back.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import re
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluiceway.cdc.columnar import json_column
-from sluiceway.cdc.errors import CdcError, SlotInUseError
-from sluiceway.cdc.model import Row, Snapshot
-from sluiceway.cdc.pgoutput import format_lsn
+from sluiceway.cdc.errors import CdcError
+from sluiceway.cdc.model import Snapshot
 from sluiceway.cdc.values import PgType, TypeRow, resolve, row_key
 from sluiceway.db.connection import Database, map_db_error
 from sluiceway.db.dsn import Dialect, parse_dsn
@@ -113,15 +110,6 @@ class ChunkRead:
     last: list[str] | None
     #: The table has no rows after this chunk.
     done: bool
-
-
-def presence_name(slot: str, owner: str) -> str:
-    """``application_name`` of a pipeline run's sessions on a slot (fits PostgreSQL's 63 bytes)."""
-    return f"{presence_prefix(slot)}{owner[:16]}"
-
-
-def presence_prefix(slot: str) -> str:
-    return f"sluice-cdc/{hashlib.sha1(slot.encode()).hexdigest()[:16]}/"
 
 
 class CdcSession:
@@ -330,72 +318,11 @@ class CdcSession:
     def drop_slot(self, name: str) -> None:
         self.rows("drop_slot", {"slot": check_slot_name(name)})
 
-    @contextlib.contextmanager
-    def slot_lock(self, slot: str) -> Iterator[None]:
-        """Hold the slot against this reader's other processes while decoding or advancing it."""
-        key = f"sluice-cdc-slot:{slot}"
-        self.rows("lock_slot", {"key": key})
-        try:
-            yield
-        finally:
-            with contextlib.suppress(DatabaseError):
-                self.rows("unlock_slot", {"key": key})
-
-    def peek(self, slot: str, publication: str, upto: int | None, limit: int | None) -> list[Row]:
-        params = {
-            "slot": slot,
-            "publication": publication,
-            "upto": None if upto is None else format_lsn(upto),
-            "n": limit,
-        }
-        # Binary results: the messages arrive as bytes, not as hex text to be parsed back.
-        import psycopg
-
-        try:
-            with self.conn.cursor(binary=True) as cur:
-                cur.execute(self.q["peek"], params)
-                return cast("list[Row]", cur.fetchall())
-        except psycopg.Error as exc:
-            raise map_db_error(exc, "cdc: peek") from exc
-
-    def advance(self, slot: str, position: int) -> None:
-        self.rows("advance", {"slot": slot, "lsn": format_lsn(position)})
-
     def emit(self, prefix: str, content: str) -> int:
         """Write a watermark into the WAL (flushed); its position."""
         row = self.one("emit", {"prefix": prefix, "content": content})
         assert row is not None
         return int(row[0])
-
-    def flush_position(self) -> int:
-        row = self.one("flush_position")
-        assert row is not None
-        return int(row[0])
-
-    # -- presence: one pipeline run per slot -------------------------------------------------------
-    def claim_presence(self, slot: str, owner: str, timeout: float) -> None:
-        """Name this session after the run; fail if another run's sessions read the slot.
-
-        Sessions name themselves in ``application_name``, so a killed run's claim vanishes with its
-        connections. Waits up to ``timeout`` for another run to go (a restart after a crash).
-        """
-        mine = presence_name(slot, owner)
-        deadline = time.monotonic() + timeout
-        while True:
-            with self.transaction():
-                self.rows("lock_presence", {"key": f"sluice-cdc-presence:{slot}"})
-                others = self.rows("others_present", {"pattern": presence_prefix(slot) + "%", "mine": mine})
-                if not others:
-                    self._rows("SELECT set_config('application_name', %s, false)", [mine], "cdc: presence")
-            if not others:
-                return
-            if time.monotonic() >= deadline:
-                _, pid, age = others[0]
-                raise SlotInUseError(
-                    f"replication slot {slot!r} is used by another running pipeline (database session pid "
-                    f"{pid}, connected {age} ago): stop it first, or give this pipeline a slot of its own"
-                )
-            time.sleep(0.5)
 
     # -- copying ---------------------------------------------------------------------------------
     def read_chunk(self, table: TableSpec, after: list[str] | None, size: int) -> ChunkRead:

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from sluiceway.cdc.columnar import Group
 from sluiceway.cdc.model import Chunk, Stretch
 from sluiceway.cdc.pgoutput import format_lsn
+from sluiceway.cdc.watermark import Mark
 from sluiceway.errors import InvariantViolation
 from sluiceway.journal.record import ARROW_SCHEMA
 
@@ -175,18 +176,18 @@ def build_records(
         )
     drops = _drops(stretch, namespaces, decoded, live) if live else {}
     started: set[int] = set()
-    for s, position, kind, arg in stretch.marks:
-        if kind == "L":
-            started.add(int(arg.split()[0]))
-        elif kind == "H" and int(arg) in live:
-            cid = int(arg)
+    for s, position, mark in stretch.marks:
+        if mark.kind is Mark.OPEN and mark.chunk is not None:
+            started.add(mark.chunk)
+        elif mark.kind is Mark.CLOSE and mark.chunk is not None and mark.chunk in live:
+            cid = mark.chunk
             if cid not in started:
                 raise InvariantViolation(
                     f"chunk {cid} closes at {format_lsn(position)} but its window began before this batch"
                 )
             _chunk_rows(parts, live[cid], drops.get(cid, set()), s * 2, position)
-        elif kind == "T":
-            completed[arg] = position
+        elif mark.kind is Mark.COMPLETE and mark.namespace is not None:
+            completed[mark.namespace] = position
     return parts.batch(), completed
 
 
@@ -195,7 +196,11 @@ def _drops(
 ) -> dict[int, set[str]]:
     """Per chunk: the keys (``namespace\\0key``) that transactions its snapshot did not see changed
     before its H — the stream carries a newer state of those than the chunk's rows."""
-    h_seq = {int(arg): s for s, _p, kind, arg in stretch.marks if kind == "H" and int(arg) in live}
+    h_seq = {
+        mark.chunk: s
+        for s, _p, mark in stretch.marks
+        if mark.kind is Mark.CLOSE and mark.chunk is not None and mark.chunk in live
+    }
     keys = [g.keys.to_pylist() for g in decoded]
     old = [g.old_keys.to_pylist() for g in decoded]
     drops: dict[int, set[str]] = {cid: set() for cid in h_seq}

@@ -86,49 +86,13 @@ SELECT (lsn - '0/0'::pg_lsn)::bigint FROM pg_create_logical_replication_slot(%(s
 -- Releases the WAL the slot held. Fails while a session is using it.
 SELECT pg_drop_replication_slot(%(slot)s);
 
--- name: peek
--- The slot's changes from its confirmed position, without consuming them (a micro-batch stays
--- replayable until every sink committed it). Decoding stops after the first transaction that
--- ends at or past upto, or after the transaction in which the row count passed n.
-SELECT (lsn - '0/0'::pg_lsn)::bigint, xid::text::bigint, data
-FROM pg_logical_slot_peek_binary_changes(
-    %(slot)s, %(upto)s::pg_lsn, %(n)s,
-    'proto_version', '1', 'publication_names', %(publication)s, 'messages', 'true');
-
--- name: advance
--- Moves the slot's confirmed position: the server may now recycle the WAL before it.
-SELECT (end_lsn - '0/0'::pg_lsn)::bigint FROM pg_replication_slot_advance(%(slot)s, %(lsn)s::pg_lsn);
-
 -- name: emit
 -- A watermark: a non-transactional logical message (its position in the stream is its own LSN).
 -- pg_current_xact_id() gives the statement a transaction whose commit flushes the WAL up to the
 -- message (synchronous_commit is on in our sessions), so decoding can reach it at once.
 SELECT (pg_logical_emit_message(false, %(prefix)s, %(content)s) - '0/0'::pg_lsn)::bigint, pg_current_xact_id();
 
--- name: flush_position
--- How far decoding can read now (the WAL flushed to disk).
-SELECT (pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::bigint;
-
 -- name: snapshot
 -- The snapshot a chunk is read in (first statement of its REPEATABLE READ transaction, so the
 -- chunk's SELECT uses exactly this one): which transactions its rows already reflect.
 SELECT pg_current_snapshot()::text, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
-
--- name: lock_slot
--- Serialises decoding and advancing of one slot between processes: a slot serves one session
--- at a time and fails the others ("replication slot is active") instead of waiting.
-SELECT pg_advisory_lock(hashtext(%(key)s));
-
--- name: unlock_slot
--- Releases lock_slot.
-SELECT pg_advisory_unlock(hashtext(%(key)s));
-
--- name: lock_presence
--- Serialises "is another pipeline reading this slot?" checks (transaction-scoped).
-SELECT pg_advisory_xact_lock(hashtext(%(key)s));
-
--- name: others_present
--- Sessions of other pipeline runs on the same slot (they name themselves in application_name).
-SELECT application_name, pid, now() - backend_start
-FROM pg_stat_activity
-WHERE application_name LIKE %(pattern)s AND application_name <> %(mine)s AND pid <> pg_backend_pid();
