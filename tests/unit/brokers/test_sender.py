@@ -37,6 +37,9 @@ class FakeClient:
     async def connect(self) -> None:
         self.connects += 1
 
+    async def check(self) -> None:
+        await self.connect()
+
     async def publish(self, messages: Sequence[Message]) -> list[Ack | BrokerError]:
         for m in messages:
             if m.key in self.in_flight_keys:
