@@ -105,7 +105,7 @@ def format_validation_error(exc: ValidationError, source: str = "", data: Any = 
             # "Input tag 'nat' found using 'type' does not match any of the expected tags" said as
             # a user would: the key is the discriminator, the problem its value.
             ctx = err.get("ctx") or {}
-            noun = loc.rpartition(".")[2]
+            noun = next((part for part in reversed(loc.split(".")) if not part.isdigit()), "")
             loc = f"{loc}.{_unquoted(ctx.get('discriminator', 'type'))}" if loc else "type"
             if err["type"] == "union_tag_invalid":
                 msg = (
