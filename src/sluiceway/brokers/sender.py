@@ -92,7 +92,10 @@ class WarningThrottle:
         if self._last is None:
             return
         held, self.held, self._last = self.held, 0, None
-        self.logger.info(msg + " (%d more warnings held back since the last one)", *args, held)
+        if held:
+            self.logger.info(msg + " (%d more warnings held back since the last one)", *args, held)
+        else:
+            self.logger.info(msg, *args)
 
 
 @dataclass(slots=True, eq=False)
