@@ -101,6 +101,12 @@ def map_error(exc: BaseException, action: str, target: str = "", *, server: str 
             target=target,
             retriable=True,
         )
+    if isinstance(exc, TimeoutError):  # an OSError too: told apart first
+        if action == "connect":
+            return BrokerError(
+                BROKER, action, "cannot connect: no answer in time", target=target, retriable=True
+            )
+        return unexpected(BROKER, action, exc, target)
     if isinstance(exc, nats.errors.NoServersError | OSError):
         problem = unexpected(BROKER, action, exc).problem
         return BrokerError(BROKER, action, f"cannot connect: {problem}", target=target, retriable=True)

@@ -25,6 +25,7 @@ import yaml
 
 from sluiceway import Harvest, OutboxRecord, Stasher
 from sluiceway.db import Database
+from sluiceway.errors import BrokerError
 from sluiceway.harvest import HarvestConfig, MeterRead
 from sluiceway.outbox import init_outbox
 from sluiceway.testing import free_port, wait_until
@@ -145,6 +146,41 @@ def test_a_broker_set_up_mistake_stops_start_up_with_one_line(case: str, tmp_pat
     # Never campaigned (no lease table made), nothing marked.
     assert rows(db) == [(i, None) for i in range(1, ROWS + 1)]
     assert "sluiceway_leases" not in tables(db)
+
+
+def test_a_stream_created_as_docs_harvester_md_shows_passes_the_start_up_check(tmp_path: Path) -> None:
+    import asyncio
+
+    import nats
+
+    stream = unknown_stream()
+    config = HarvestConfig.from_dict(
+        {
+            "harvest": {
+                "dataSource": sqlite_outbox(tmp_path / "app.db"),
+                "target": {"type": "nats", "servers": [NATS_URL], "stream": stream},
+            }
+        }
+    )
+    with pytest.raises(BrokerError, match=f"no such JetStream stream on {NATS_URL}"):
+        Harvest(config).check_destination()
+
+    async def admin(create: bool) -> None:
+        nc = await nats.connect(NATS_URL)
+        try:
+            js = nc.jetstream()
+            if create:  # as docs/harvester.md shows it, with this test's own name and subjects
+                await js.add_stream(name=stream, subjects=[f"{stream.lower()}.>"])
+            else:
+                await js.delete_stream(stream)
+        finally:
+            await nc.close()
+
+    asyncio.run(admin(create=True))
+    try:
+        Harvest(config).check_destination()
+    finally:
+        asyncio.run(admin(create=False))
 
 
 @pytest.mark.parametrize(
