@@ -1,9 +1,9 @@
 """Broker set-up mistakes stop `sluice reap` at once, with one line; trouble after a good start is
 retried with backoff and a rate-limited warning.
 
-* start-up: a NATS server that is not there, a JetStream stream that is missing, a wrong RabbitMQ
-  password, a missing exchange, a Redis server that is not there, an unknown target type or key —
-  each is exit 1 and one line on stderr naming the broker, the server and what is wrong; the
+* start-up: a NATS, RabbitMQ or Redis server that is not there, a JetStream stream that is
+  missing, a wrong RabbitMQ password, a missing exchange, an unknown target type or key — each
+  is exit 1 and one line on stderr naming the broker, the server and what is wrong; the
   harvester never campaigns and the outbox rows stay as they were (unmarked);
 * run time: NATS cut away after a good start — the deliveries in flight fail after
   ``deliveryTimeout`` and their rows are reset (not a silent stall), the retries warn once per
@@ -113,6 +113,10 @@ CASES: dict[str, tuple[dict[str, Any], list[str]]] = {
             "rabbitmq: connect 'amqp://guest:***@127.0.0.1:5672/' failed: authentication failed",
             "ACCESS_REFUSED",
         ],
+    ),
+    "rabbitmq unreachable": (  # aiormq's own ERROR line about it is left out: one line
+        {"type": "rabbitmq", "url": f"amqp://guest:guest@127.0.0.1:{DEAD_PORT}/"},
+        [f"rabbitmq: connect 'amqp://guest:***@127.0.0.1:{DEAD_PORT}/' failed: Connection refused"],
     ),
     "rabbitmq exchange missing": (
         {"type": "rabbitmq", "url": AMQP_URL, "exchange": "<stream>"},
