@@ -3,6 +3,7 @@ and the port every broker adapter implements."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -47,6 +48,10 @@ def unexpected(broker: str, action: str, exc: BaseException, target: str = "") -
     broker restarting), so the message is tried again until its delivery timeout."""
     if isinstance(exc, TimeoutError):  # asyncio's and the clients' timeouts derive from it
         problem = f"no {'reply' if broker == 'redis' else 'acknowledgement'} in time"
+    elif isinstance(exc, OSError) and exc.errno:
+        # "Connection refused (Connect call failed ('127.0.0.1', 4299))", not "[Errno 111] …"
+        detail = f" ({exc.strerror})" if exc.strerror and exc.strerror != os.strerror(exc.errno) else ""
+        problem = f"{os.strerror(exc.errno)}{detail}"
     else:
         problem = f"{type(exc).__name__}: {str(exc) or 'no detail'}"
     return BrokerError(broker, action, problem, target=target, retriable=True)
@@ -60,6 +65,11 @@ class BrokerClient(Protocol):
 
     async def connect(self) -> None:
         """(Re)connect if not connected; raise a retriable BrokerError when the broker is away."""
+        ...
+
+    async def check(self) -> None:
+        """Connect and check what the settings name (the credentials, the JetStream stream, the
+        exchange, the database): the start-up check. Raises a mapped BrokerError."""
         ...
 
     async def publish(self, messages: Sequence[Message]) -> list[Ack | BrokerError]:

@@ -11,11 +11,22 @@ A lost connection is closed for good (nats-py's own reconnection is off): every 
 acknowledgement was lost with it fails at once, and the
 :class:`~sluiceway.brokers.sender.Sender` reconnects and sends it again — with the same message
 id, so the server drops the copy if the first one had arrived.
+
+Connecting. nats-py's first ``connect`` keeps trying a server that refuses it (every 2 s, 60
+times) whatever ``allow_reconnect`` says, reporting each failure only to the error callback. Here
+each server is tried at most twice, at once, each attempt bounded by ``connectTimeout``; the last
+error the callback saw is the one raised (nats-py itself ends with a bare "no servers available").
+Errors after the connection is up (a permissions violation, a slow consumer) are logged as
+warnings, at most one a minute: nothing the client reports is dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import math
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,11 +34,17 @@ from sluiceway.brokers.message import KEY_HEADER, TOMBSTONE_HEADER, Ack, Message
 from sluiceway.config.brokers import NatsSettings
 from sluiceway.errors import BrokerError
 
+log = logging.getLogger("sluiceway.brokers")
+
 BROKER = "nats"
 MSG_ID_HEADER = "Nats-Msg-Id"
 _EXPECTED_STREAM = "Nats-Expected-Stream"
 #: JetStream error codes that no retry can get past (the subject belongs to another stream…).
 _PERMANENT_JS_CODES = frozenset({10060})
+#: JetStream's "stream not found".
+_NO_STREAM = 10059
+#: At most one warning per this many seconds for errors nats-py reports on an open connection.
+_WARN_INTERVAL = 60.0
 
 
 def to_nats(message: Message, stream: str | None) -> tuple[str, bytes, dict[str, str]]:
@@ -59,18 +76,52 @@ def from_nats(
     return hdrs.get(KEY_HEADER, ""), None if tombstone else payload, user
 
 
-def map_error(exc: BaseException, action: str, target: str = "") -> BrokerError:
-    """nats-py's errors as :class:`BrokerError` (the one place they are told apart)."""
+def map_error(exc: BaseException, action: str, target: str = "", *, server: str = "") -> BrokerError:
+    """nats-py's errors as :class:`BrokerError` (the one place they are told apart). ``server``:
+    the URL connected to, named in set-up errors."""
     import nats.errors
     import nats.js.errors
 
     if isinstance(exc, BrokerError):
         return exc
     text = str(exc) or type(exc).__name__
+    on = f" on {server}" if server else ""
     if isinstance(
         exc, nats.errors.MaxPayloadError | nats.errors.BadSubjectError | nats.errors.BadHeaderError
     ):
         return BrokerError(BROKER, action, text, target=target, permanent=True)
+    # Set-up errors (credentials, a missing stream, JetStream off) stop the start-up check. Met
+    # later — a password rotated, a stream deleted while running — they are retried like a lost
+    # connection: no record is to blame, and someone is probably fixing the set-up.
+    if isinstance(exc, nats.errors.AuthorizationError):
+        return BrokerError(
+            BROKER,
+            action,
+            "authorization failed (check the user and password in the server URL)",
+            target=target,
+            retriable=True,
+        )
+    if isinstance(exc, TimeoutError):  # an OSError too: told apart first
+        if action == "connect":
+            return BrokerError(
+                BROKER, action, "cannot connect: no answer in time", target=target, retriable=True
+            )
+        return unexpected(BROKER, action, exc, target)
+    if isinstance(exc, nats.errors.NoServersError | OSError):
+        problem = unexpected(BROKER, action, exc).problem
+        return BrokerError(BROKER, action, f"cannot connect: {problem}", target=target, retriable=True)
+    if isinstance(exc, nats.js.errors.NotFoundError) and getattr(exc, "err_code", None) == _NO_STREAM:
+        return BrokerError(
+            BROKER,
+            action,
+            f"no such JetStream stream{on} (create it first: see docs/harvester.md)",
+            target=target,
+            retriable=True,
+        )
+    if isinstance(exc, nats.errors.NoRespondersError):
+        return BrokerError(
+            BROKER, action, f"JetStream is not enabled{on} (no responders)", target=target, retriable=True
+        )
     if isinstance(exc, nats.js.errors.APIError):
         code = getattr(exc, "err_code", None)
         detail = f"{getattr(exc, 'description', '') or text} (code {getattr(exc, 'code', '?')}/{code})"
@@ -99,26 +150,61 @@ class NatsClient:
         self.settings = settings
         self._nc: Any = None  # the connection, and its JetStream context
         self._js: Any = None
+        self._connecting = False
+        self._last_error: BaseException | None = None  # the last one nats-py reported
+        self._warned_at: float | None = None
 
     async def connect(self) -> None:
         if self._nc is not None and not self._nc.is_closed:
             return
-        import nats
+        from nats.aio.client import Client
 
+        where = ",".join(self.settings.servers)
+        nc = Client()
+        self._connecting, self._last_error = True, None
         try:
-            self._nc = await nats.connect(
+            await nc.connect(
                 servers=list(self.settings.servers),
-                connect_timeout=max(1, int(self.settings.ack_timeout)),
+                connect_timeout=max(1, math.ceil(self.settings.connect_timeout)),  # nats-py takes seconds
                 # We reconnect ourselves (the Sender's next attempt), so a lost connection is closed
                 # for good: its socket released, its unacknowledged publishes failed and sent again.
                 allow_reconnect=False,
+                # Without these the first connect retries a refusing server for two minutes, in
+                # silence (see the module docstring): two prompt tries per server, then give up.
+                max_reconnect_attempts=1,
+                reconnect_time_wait=0,
                 disconnected_cb=self._disconnected,
                 error_cb=self._error,
                 name="sluiceway",
             )
+        except BaseException as exc:
+            with contextlib.suppress(Exception):  # a half-open client: release what it holds
+                await nc.close()
+            if not isinstance(exc, Exception):
+                raise  # cancelled
+            cause = self._last_error if self._last_error is not None else exc
+            raise map_error(cause, "connect", where) from exc
+        finally:
+            self._connecting = False
+        self._nc = nc
+        self._js = nc.jetstream(timeout=self.settings.ack_timeout)
+
+    async def check(self) -> None:
+        """Connect, then ask JetStream for the configured stream (or, with none configured, for the
+        account: is JetStream enabled at all)."""
+        await self.connect()
+        stream = self.settings.stream
+        try:
+            if stream:
+                await self._js.stream_info(stream)
+            else:
+                await self._js.account_info()
         except Exception as exc:
-            raise map_error(exc, "connect", ",".join(self.settings.servers)) from exc
-        self._js = self._nc.jetstream(timeout=self.settings.ack_timeout)
+            url = self._nc.connected_url
+            server = f"{url.scheme}://{url.hostname}:{url.port}" if url else ""
+            raise map_error(
+                exc, "check stream" if stream else "check JetStream", stream or "", server=server
+            ) from exc
 
     async def _disconnected(self) -> None:
         lost = BrokerError(BROKER, "publish", "connection lost before the acknowledgement", retriable=True)
@@ -127,7 +213,19 @@ class NatsClient:
                 future.set_exception(lost)
 
     async def _error(self, exc: Exception) -> None:
-        pass  # nats-py reports each failed reconnect here; the Sender logs what matters
+        """nats-py's error callback. While connecting: each failed try (the last one is raised).
+        Once connected: what the server or the client reports, as a warning (at most one per
+        ``_WARN_INTERVAL``; a lost connection is also seen by every publish it fails)."""
+        self._last_error = exc
+        if self._connecting:
+            log.debug("nats: connection attempt failed: %s", exc)
+            return
+        now = time.monotonic()
+        if self._warned_at is None or now - self._warned_at >= _WARN_INTERVAL:
+            self._warned_at = now
+            log.warning("%s", map_error(exc, "connection"))
+        else:
+            log.debug("nats: %s", exc)
 
     @property
     def jetstream(self) -> Any:

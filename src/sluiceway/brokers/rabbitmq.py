@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +27,17 @@ from sluiceway.config.brokers import RabbitMqSettings
 from sluiceway.errors import BrokerError
 
 BROKER = "rabbitmq"
+
+
+class _DropTransportErrors(logging.Filter):
+    """aiormq logs a refused connection at ERROR before raising it; we map and raise the same
+    error (and the Sender reports it, rate-limited), so its own line is left out."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("error when creating transport")
+
+
+logging.getLogger("aiormq.connection").addFilter(_DropTransportErrors())
 
 
 def amqp_headers(message: Message) -> dict[str, Any]:
@@ -42,23 +54,35 @@ def amqp_headers(message: Message) -> dict[str, Any]:
     return table
 
 
-def map_error(exc: BaseException, action: str, target: str = "") -> BrokerError:
-    """aio-pika's and aiormq's errors as :class:`BrokerError` (the one place they are told apart)."""
+def map_error(exc: BaseException, action: str, target: str = "", *, server: str = "") -> BrokerError:
+    """aio-pika's and aiormq's errors as :class:`BrokerError` (the one place they are told apart).
+    ``server``: the (password-masked) URL, named in set-up errors."""
     import aiormq.exceptions
 
     if isinstance(exc, BrokerError):
         return exc
     text = str(exc) or type(exc).__name__
+    reply = str(exc.args[0]) if exc.args and isinstance(exc.args[0], str) else text  # the broker's words
+    on = f" on {server}" if server else ""
     if isinstance(exc, aiormq.exceptions.PublishError):
         return BrokerError(
             BROKER, action, "returned unroutable (no queue bound)", target=target, retriable=True
         )
     if isinstance(exc, aiormq.exceptions.DeliveryError):
         return BrokerError(BROKER, action, "the broker refused it (nack)", target=target, retriable=True)
+    # Set-up errors (credentials, permissions, a missing exchange) stop the start-up check. Met
+    # later — a password rotated, an exchange deleted while running — they are retried like a lost
+    # connection: no record is to blame, and someone is probably fixing the set-up.
     if isinstance(exc, aiormq.exceptions.ChannelNotFoundEntity):
-        return BrokerError(BROKER, action, f"not found: {text}", target=target, retriable=True)
-    if isinstance(exc, aiormq.exceptions.ChannelAccessRefused | aiormq.exceptions.AuthenticationError):
-        return BrokerError(BROKER, action, f"refused: {text}", target=target, retriable=True)
+        return BrokerError(
+            BROKER, action, f"not found: {reply}{on} (declare it first)", target=target, retriable=True
+        )
+    if isinstance(exc, aiormq.exceptions.AuthenticationError | aiormq.exceptions.ProbableAuthenticationError):
+        return BrokerError(
+            BROKER, action, f"authentication failed{on}: {reply}", target=target, retriable=True
+        )
+    if isinstance(exc, aiormq.exceptions.ChannelAccessRefused):
+        return BrokerError(BROKER, action, f"refused{on}: {reply}", target=target, retriable=True)
     return unexpected(BROKER, action, exc, target)
 
 
@@ -100,7 +124,19 @@ class RabbitMqClient:
                 self._exchange = self._channel.default_exchange
         except Exception as exc:
             await self._drop()
-            raise map_error(exc, "connect", self.settings.exchange or "(default exchange)") from exc
+            raise map_error(exc, "connect", self.settings.server) from exc
+
+    async def check(self) -> None:
+        """Connect (the credentials, the vhost), then declare the exchange passively: it must exist."""
+        await self.connect()
+        if not self.settings.exchange:
+            return  # the default exchange always exists
+        try:
+            await self._channel.get_exchange(self.settings.exchange, ensure=True)
+        except Exception as exc:
+            await self._drop()  # a failed passive declare closes the channel
+            exchange, server = self.settings.exchange, self.settings.server
+            raise map_error(exc, "check exchange", exchange, server=server) from exc
 
     async def publish(self, messages: Sequence[Message]) -> list[Ack | BrokerError]:
         import aio_pika

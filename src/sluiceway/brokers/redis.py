@@ -94,6 +94,13 @@ def map_error(exc: BaseException, action: str, target: str = "") -> BrokerError:
         return BrokerError(BROKER, action, text, target=target, permanent=True)
     if isinstance(exc, redis.exceptions.TimeoutError):
         return unexpected(BROKER, action, TimeoutError(), target)
+    # Set-up errors (credentials, a database number out of range) stop the start-up check; met
+    # later they are retried like a lost connection: no record is to blame.
+    if isinstance(exc, redis.exceptions.AuthenticationError | redis.exceptions.AuthorizationError):
+        return BrokerError(BROKER, action, f"authentication failed: {text}", target=target, retriable=True)
+    if isinstance(exc, redis.exceptions.ConnectionError):
+        # redis-py's own words name the address: "Error 111 connecting to 127.0.0.1:6399. Connection refused."
+        return BrokerError(BROKER, action, f"cannot connect: {text}", target=target, retriable=True)
     return unexpected(BROKER, action, exc, target)
 
 
@@ -106,7 +113,7 @@ def connect_redis(settings: RedisSettings, *, decode: bool = False) -> Any:
     return redis.asyncio.Redis.from_url(
         settings.url,
         socket_timeout=settings.ack_timeout,
-        socket_connect_timeout=settings.ack_timeout,
+        socket_connect_timeout=settings.connect_timeout,
         retry=Retry(NoBackoff(), 0),
         decode_responses=decode,
     )
@@ -124,6 +131,15 @@ class RedisClient:
     async def connect(self) -> None:
         if self._redis is None:
             self._redis = connect_redis(self.settings)
+
+    async def check(self) -> None:
+        """Connect and PING: the address, the credentials and the database number."""
+        await self.connect()
+        try:
+            await self._redis.ping()
+        except Exception as exc:
+            await self._reset()
+            raise map_error(exc, "connect", self.settings.server) from exc
 
     async def publish(self, messages: Sequence[Message]) -> list[Ack | BrokerError]:
         pipe = self._redis.pipeline(transaction=False)

@@ -16,7 +16,11 @@ one burst of RabbitMQ publishes on one channel).
 Failures. A retriable error (connection lost, no acknowledgement within ``ack_timeout``) sends the
 message again after a backoff (doubling from ``backoff`` to ``max_backoff``), reconnecting first,
 until ``delivery_timeout`` has passed since it was submitted; then it fails. A permanent error
-fails it at once. Before every attempt ``may_send()`` is asked: a harvester that is no longer the
+fails it at once. While the broker stays away, one warning is logged when the trouble starts and
+then at most one per ``WARN_INTERVAL`` (with the count held back), and one line when publishing
+works again: a broker down for an hour is a few hundred lines, not one per retry per batch.
+
+Leadership. Before every attempt ``may_send()`` is asked: a harvester that is no longer the
 leader starts no new attempt (its successor may already be publishing the same keys).
 """
 
@@ -39,6 +43,59 @@ log = logging.getLogger("sluiceway.brokers")
 
 Outcome = Ack | BrokerError
 Done = Callable[[Outcome], None]
+
+#: Seconds between two warnings about the same trouble (the first one is logged at once).
+WARN_INTERVAL = 10.0
+
+
+class WarningThrottle:
+    """Warnings about a lasting trouble, at most one per ``interval``; the next line written says
+    how many were held back, and :meth:`resolved` says when the trouble ended. Not thread-safe:
+    one thread (the Sender's loop) uses it.
+
+    >>> now = [0.0]
+    >>> throttle = WarningThrottle(logging.getLogger("doctest"), 10.0, clock=lambda: now[0])
+    >>> [throttle.warn("down") for now[0] in (0.0, 1.0, 2.0, 11.0)]
+    [True, False, False, True]
+    >>> throttle.held
+    0
+    """
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        interval: float = WARN_INTERVAL,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.logger = logger
+        self.interval = interval
+        self._clock = clock
+        self._last: float | None = None  # when the last warning was written; None: no trouble
+        self.held = 0
+
+    def warn(self, msg: str, *args: object) -> bool:
+        """Log ``msg`` unless a warning was written less than ``interval`` ago; True if logged."""
+        now = self._clock()
+        if self._last is not None and now - self._last < self.interval:
+            self.held += 1
+            return False
+        held, self.held, self._last = self.held, 0, now
+        if held:
+            self.logger.warning(msg + " (%d more such warnings held back)", *args, held)
+        else:
+            self.logger.warning(msg, *args)
+        return True
+
+    def resolved(self, msg: str, *args: object) -> None:
+        """The trouble is over: say so once (if a warning was written), and start afresh."""
+        if self._last is None:
+            return
+        held, self.held, self._last = self.held, 0, None
+        if held:
+            self.logger.info(msg + " (%d more warnings held back since the last one)", *args, held)
+        else:
+            self.logger.info(msg, *args)
 
 
 @dataclass(slots=True, eq=False)
@@ -94,6 +151,7 @@ class Sender:
         self._tasks: set[asyncio.Task[None]] = set()
         self._stop_event: asyncio.Event | None = None
         self._connect_lock: asyncio.Lock
+        self._warnings = WarningThrottle(log)
         self._thread = threading.Thread(
             target=self._run_loop, name=f"sluice-{self.broker}{'-' + name if name else ''}", daemon=True
         )
@@ -193,7 +251,7 @@ class Sender:
                     else:
                         self._finish(item, outcome)
                 if retry:
-                    log.warning(
+                    self._warnings.warn(
                         "%s: %d of %d messages not acknowledged (%s); retrying in %.2fs",
                         self.broker,
                         len(retry),
@@ -201,6 +259,8 @@ class Sender:
                         retry[0].last_error,
                         backoff,
                     )
+                elif any(isinstance(outcome, Ack) for outcome in outcomes):
+                    self._warnings.resolved("%s: messages acknowledged again", self.broker)
                 batch = retry  # before pausing: a cancellation must only fail what is left
                 if batch:
                     await self._pause(backoff)

@@ -55,7 +55,8 @@ def reap(
 ) -> None:
     """Harvest an outbox while this process is the elected leader, until SIGTERM/SIGINT.
 
-    Checks first that the outbox database is reachable and has the outbox table (exit 1 if not).
+    Checks first that the outbox database is reachable and has the outbox table, and that a NATS,
+    RabbitMQ or Redis target accepts the connection and has its stream or exchange (exit 1 if not).
 
     Example: sluice reap -f reaper.yaml --metrics-addr 127.0.0.1:9464
     """
@@ -70,8 +71,11 @@ def reap(
     setup_logging(config.logging.python_level, log_format)
     harvest = Harvest(config)
     try:
-        # Before campaigning: a missing table or an unreachable database is a set-up error, said
-        # once, not a harvester that starts and then retries forever in silence.
+        # Before campaigning: a missing table, an unreachable database or broker, a wrong password
+        # or a missing stream is a set-up error, said once, not a harvester that starts, takes
+        # leadership and then retries forever. The destination first: the source check logs the
+        # database it found, which only helps once the run can go on.
+        harvest.check_destination()
         harvest.check_source()
     except SluicewayError as exc:
         raise fail(f"cannot start: {' '.join(str(exc).split())}") from None

@@ -40,6 +40,8 @@ class BrokerSettings(StrictModel):
     """What every broker client shares: how long to wait for an acknowledgement, how to back off
     while the broker is unreachable, and when to give a record up as failed."""
 
+    #: How long one connection attempt may take (the start-up check's bound, too).
+    connect_timeout: Duration = Field(5.0, alias="connectTimeout", gt=0)
     #: How long one publish waits for the broker's acknowledgement before it is tried again.
     ack_timeout: Duration = Field(5.0, alias="ackTimeout")
     #: First wait after a failed attempt (doubling up to ``maxBackoff``).
@@ -51,8 +53,12 @@ class BrokerSettings(StrictModel):
     #: Records awaiting an acknowledgement at once, across keys (at most one per key).
     max_in_flight: int = Field(1000, alias="maxInFlight", ge=1)
 
+    def describe(self) -> str:
+        """The broker in one line for logs and errors (passwords masked); each broker says more."""
+        return type(self).__name__
 
-def _redact(url: str) -> str:
+
+def redact_url(url: str) -> str:
     """A URL fit for logs: any password masked."""
     return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
 
@@ -66,7 +72,7 @@ class NatsSettings(BrokerSettings):
     stream: StreamName | None = None
 
     def describe(self) -> str:
-        where = ",".join(_redact(s) for s in self.servers)
+        where = ",".join(redact_url(s) for s in self.servers)
         return f"nats {where}" + (f" stream {self.stream}" if self.stream else "")
 
 
@@ -80,7 +86,12 @@ class RabbitMqSettings(BrokerSettings):
     mandatory: bool = False
 
     def describe(self) -> str:
-        return f"rabbitmq {_redact(self.url)} exchange {self.exchange or '(default)'}"
+        return f"rabbitmq {redact_url(self.url)} exchange {self.exchange or '(default)'}"
+
+    @property
+    def server(self) -> str:
+        """The URL with its password masked (names the server and user in errors)."""
+        return redact_url(self.url)
 
 
 class RedisSettings(BrokerSettings):
@@ -91,7 +102,12 @@ class RedisSettings(BrokerSettings):
     max_len: int = Field(0, alias="maxLen", ge=0)
 
     def describe(self) -> str:
-        return f"redis {_redact(self.url)}"
+        return f"redis {redact_url(self.url)}"
+
+    @property
+    def server(self) -> str:
+        """The URL with its password masked (names the server in errors)."""
+        return redact_url(self.url)
 
 
 class _Target(StrictModel):

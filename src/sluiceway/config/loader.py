@@ -70,11 +70,53 @@ def parse_duration(value: Any, *, path: str = "") -> float:
     raise ConfigError(f"expected a duration like '500ms', '5s' or '1m30s', got {value!r}", path=path)
 
 
-def format_validation_error(exc: ValidationError, source: str = "") -> ConfigError:
+def _field_path(loc: tuple[int | str, ...], data: Any) -> str:
+    """A pydantic error location as the user wrote it: ``harvest.target.servers.0``.
+
+    pydantic puts the chosen member of a tagged union into the location (``target.nats.server``):
+    a step that is the value of its mapping's ``type``, not one of its keys, is left out.
+    """
+    parts: list[str] = []
+    node = data
+    for step in loc:
+        if isinstance(step, str) and step.startswith("function-"):
+            continue  # a validator's step, not a field
+        if isinstance(node, dict) and isinstance(step, str) and step not in node and node.get("type") == step:
+            continue
+        parts.append(str(step))
+        try:
+            node = node[step]
+        except (KeyError, IndexError, TypeError):
+            node = None
+    return ".".join(parts)
+
+
+def _unquoted(text: object) -> str:
+    """pydantic's ``'nats', 'rabbitmq'`` as ``nats, rabbitmq``."""
+    return str(text).replace("'", "")
+
+
+def format_validation_error(exc: ValidationError, source: str = "", data: Any = None) -> ConfigError:
     problems = []
     first_path = ""
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+        loc = _field_path(err["loc"], data)
+        if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            # "Input tag 'nat' found using 'type' does not match any of the expected tags" said as
+            # a user would: the key is the discriminator, the problem its value.
+            ctx = err.get("ctx") or {}
+            noun = next((part for part in reversed(loc.split(".")) if not part.isdigit()), "")
+            loc = f"{loc}.{_unquoted(ctx.get('discriminator', 'type'))}" if loc else "type"
+            if err["type"] == "union_tag_invalid":
+                msg = (
+                    f"unknown {noun} type {ctx.get('tag')!r}; "
+                    f"expected one of {_unquoted(ctx.get('expected_tags', ''))}"
+                )
+            else:
+                msg = "required but missing"
+            first_path = first_path or loc
+            problems.append(f"{loc}: {msg}")
+            continue
         first_path = first_path or loc
         if err["type"] == "extra_forbidden":
             msg = "unknown key (not a recognised setting; check its spelling and indentation)"
@@ -139,12 +181,13 @@ def validate(model: type[M], data: Any, *, source: str = "", env: Mapping[str, s
     if not isinstance(data, dict):
         raise ConfigError(f"expected a mapping at the top level, got {type(data).__name__}", source=source)
     try:
-        return model.model_validate(interpolate(data, env))
+        data = interpolate(data, env)
+        return model.model_validate(data)
     except ConfigError as exc:
         exc.source = exc.source or source
         raise ConfigError(exc.problem, path=exc.path, source=source) from None
     except ValidationError as exc:
-        raise format_validation_error(exc, source) from None
+        raise format_validation_error(exc, source, data) from None
 
 
 def load_file(model: type[M], path: str | Path, *, env: Mapping[str, str] | None = None) -> M:

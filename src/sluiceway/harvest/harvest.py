@@ -122,6 +122,21 @@ class Harvest:
         log.info("outbox %s found in %s database %r", h.outbox_table, db.dialect.value, self._source.database)
         return self._source
 
+    def check_destination(self) -> None:
+        """Connect to a NATS, RabbitMQ or Redis target and check what it names (credentials,
+        stream, exchange), within about its ``connectTimeout``.
+
+        Raises :class:`~sluiceway.errors.BrokerError` naming the broker, the server and what is
+        wrong. ``sluice reap`` calls it before ``start``, so a set-up mistake is one line and an
+        exit code, not a leader that holds its rows and retries forever. Kafka and journal
+        destinations are not checked here (Kafka's client reports an unreachable cluster itself).
+        """
+        target = self.config.harvest.target
+        if target is not None:
+            from sluiceway.brokers import check_broker
+
+            check_broker(target)
+
     def stop(self) -> None:
         """Stop marking, let in-flight deliveries finish (or leave them for the next leader), release
         leadership. Idempotent."""

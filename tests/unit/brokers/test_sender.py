@@ -4,6 +4,7 @@ window, the delivery timeout, permanent errors, leadership, closing. No network.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -36,6 +37,9 @@ class FakeClient:
 
     async def connect(self) -> None:
         self.connects += 1
+
+    async def check(self) -> None:
+        await self.connect()
 
     async def publish(self, messages: Sequence[Message]) -> list[Ack | BrokerError]:
         for m in messages:
@@ -187,3 +191,24 @@ def test_close_fails_what_is_left_exactly_once() -> None:
     assert all(isinstance(o, BrokerError) for o in outcomes.values())
     with pytest.raises(BrokerError):
         sender.submit(Message("t", "k", b""), lambda o: None)
+
+
+def test_warning_throttle_writes_one_line_per_interval_and_counts_the_rest(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from sluiceway.brokers.sender import WarningThrottle
+
+    now = [0.0]
+    throttle = WarningThrottle(logging.getLogger("test.throttle"), 10.0, clock=lambda: now[0])
+    caplog.set_level(logging.INFO, logger="test.throttle")
+    throttle.resolved("never in trouble")  # nothing to say
+    for now[0] in (0.0, 1.0, 2.0, 9.9, 10.0, 12.0):
+        throttle.warn("nats: down (%s)", "refused")
+    throttle.resolved("nats: back")
+    throttle.warn("nats: down again")  # a new trouble: at once, whatever the interval
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", "nats: down (refused)"),
+        ("WARNING", "nats: down (refused) (3 more such warnings held back)"),
+        ("INFO", "nats: back (1 more warnings held back since the last one)"),
+        ("WARNING", "nats: down again"),
+    ]
