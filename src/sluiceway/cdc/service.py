@@ -38,9 +38,13 @@ def state_path(root: str | Path) -> Path:
 class CaptureService:
     """``prepare()`` (checks; one line per problem), then ``catch_up()`` or ``start()``…``close()``."""
 
-    def __init__(self, options: CaptureOptions, log_dir: str | Path) -> None:
+    def __init__(
+        self, options: CaptureOptions, log_dir: str | Path, *, consumers: tuple[str, ...] = ()
+    ) -> None:
         self.options = options
         self.log_dir = Path(log_dir)
+        #: The journal's readers (the pipeline's sinks): what all of them committed is released.
+        self.consumers = consumers
         self.target: JournalTarget | None = None
         self.capture: Capture | None = None
         self._thread: threading.Thread | None = None
@@ -50,7 +54,7 @@ class CaptureService:
 
     def prepare(self) -> Capture:
         self.log_dir.parent.mkdir(parents=True, exist_ok=True)
-        self.target = JournalTarget(str(self.log_dir))
+        self.target = JournalTarget(str(self.log_dir), consumers=self.consumers)
         self.capture = Capture(self.options, self.target)
         try:
             self.capture.prepare()

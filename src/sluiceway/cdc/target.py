@@ -10,6 +10,7 @@ Brokers become targets in their own issue; the port is all they need to implemen
 
 from __future__ import annotations
 
+import time
 from typing import Protocol
 
 import numpy as np
@@ -42,8 +43,19 @@ class JournalTarget:
     two captures can never interleave their appends (the journal's writer lock is the first guard).
     """
 
-    def __init__(self, path: str, *, fsync: bool = True) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        fsync: bool = True,
+        consumers: tuple[str, ...] = (),
+        release_every: float = 30.0,
+    ) -> None:
         self.path = path
+        #: The journal's readers (named consumers): segments all of them have committed are released.
+        self.consumers = consumers
+        self.release_every = release_every
+        self._released_at = time.monotonic()
         try:
             self.journal = Journal.open(path, fsync=fsync)
         except JournalError as exc:
@@ -68,6 +80,16 @@ class JournalTarget:
                 f"{previous}): {exc}"
             ) from exc
         self._position = end
+        if self.consumers and time.monotonic() - self._released_at >= self.release_every:
+            self.release()
+
+    def release(self) -> int:
+        """Remove the segments every reader has committed (a reader that has not committed yet
+        holds everything): a stopped sink keeps what it has not read, on this disk, never in WAL."""
+        self._released_at = time.monotonic()
+        committed = self.journal.consumers()
+        below = min(committed.get(name, 0) for name in self.consumers)
+        return self.journal.release(below) if below > 0 else 0
 
     @property
     def head(self) -> int:

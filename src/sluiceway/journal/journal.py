@@ -277,6 +277,23 @@ class Journal:
                 out.append(SegmentInfo(base, path, os.path.getsize(path)))
         return out
 
+    def release(self, below: int) -> int:
+        """Remove the closed segments whose every record has an offset below ``below``; how many.
+
+        For a log whose readers have all passed ``below`` (a capture's journal, released up to
+        the slowest sink's committed offset). Offsets are never reused: the head stays.
+        """
+        maintenance = self._maintenance
+        if maintenance is None or self._closed:
+            self._refuse_writes()
+        return maintenance.release_below(below)
+
+    def first_offset(self) -> int:
+        """The lowest offset still stored (records below it were released or expired)."""
+        self._check_open()
+        bases = list_segments(self.path)
+        return bases[0] if bases else self.head
+
     def compact(self, *, horizon: int | None = None) -> CompactionResult:
         """Apply retention, then compact closed segments below the consumers' horizon.
 

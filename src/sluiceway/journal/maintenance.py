@@ -18,6 +18,7 @@ Why it is shaped so:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -137,6 +138,23 @@ class Maintenance:
                     yield chunk.buf, b
         finally:
             reader.close()
+
+    def release_below(self, offset: int) -> int:
+        """Remove the closed segments whose every record is below ``offset``, oldest first."""
+        with self._lock:
+            bases = list_segments(self.path)
+            active = self._writer.seg_base
+            removed = 0
+            for base, following in itertools.pairwise(bases):
+                if base >= active or following > offset:
+                    break
+                os.unlink(os.path.join(self.path, segment_name(base)))
+                self._created_cache.pop(base, None)
+                removed += 1
+            if removed:
+                fsync_dir(self.path)
+                logger.info("journal %s: released %d segments below offset %d", self.path, removed, offset)
+            return removed
 
     def enforce_retention(self) -> int:
         with self._lock:

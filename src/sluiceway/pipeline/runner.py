@@ -121,7 +121,14 @@ def capture_service(spec: PipelineSpec) -> Any:
         snapshot=src.snapshot,
         chunk_size=src.chunk_size,
     )
-    return CaptureService(options, cdc_log_dir(spec))
+    return CaptureService(
+        options, cdc_log_dir(spec), consumers=tuple(cdc_consumer(spec, s.name) for s in spec.sinks)
+    )
+
+
+def cdc_consumer(spec: PipelineSpec, sink: str) -> str:
+    """The name under which a sink commits its offsets in the capture journal."""
+    return f"{spec.name}.{sink}"
 
 
 def source_format(
@@ -148,7 +155,8 @@ def source_format(
         opts.update(
             path=str(cdc_log_dir(spec)),
             startingOffset="0",
-            consumer=f"{spec.name}.{sink}",
+            consumer=cdc_consumer(spec, sink),
+            strict="true",
             minPartitions=str(src.partitions),
         )
         fmt = "sluice-journal"

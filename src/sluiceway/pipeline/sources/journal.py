@@ -6,7 +6,9 @@ Reader options: ``path`` (required); ``startingOffset`` (``earliest`` | ``latest
 ``endingOffset`` (batch reads); ``maxRecordsPerBatch`` (default 100,000); ``partitionRecords``
 (records per task, default 1,000,000) and ``minPartitions`` (default 2); ``consumer`` (a named
 journal consumer whose offset is committed with each micro-batch, so compaction keeps what the
-query has not processed). Offsets are ``{"offset": next}``.
+query has not processed); ``strict`` (``true``: fail, rather than skip, when the query's next
+offset is below the journal's first retained record). Offsets are ``{"offset": next}``. Records
+whose first header is ``sluice.op`` (a CDC capture's) get that ``op``.
 
 Writer options: ``path``; ``name`` (the register that makes appends idempotent per batch id,
 default ``sluice-sink``). Tasks stage their rows as Arrow files; the driver appends every
@@ -29,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluiceway.journal import Journal, JournalLockedError, JournalNotFoundError
+from sluiceway.pipeline.errors import SourceError
 from sluiceway.pipeline.offsets import next_end, split_range
 from sluiceway.pipeline.record import RECORD_SCHEMA, with_delete_ops, with_header_ops
 from sluiceway.pipeline.sources.common import (
@@ -69,6 +72,23 @@ def journal_head(path: str) -> int:
         return Journal.head_offset(path)
     except JournalNotFoundError:
         return 0
+
+
+def check_retained(path: str, start: int) -> None:
+    """With ``strict``: refuse to read on from ``start`` when records after it were removed (a
+    capture journal released below a sink that was not counted, say) — never skip them silently."""
+    from sluiceway.journal.segment import list_segments
+
+    try:
+        bases = list_segments(path)
+    except FileNotFoundError:
+        return
+    if bases and start < bases[0]:
+        raise SourceError(
+            f"journal {path}: this query is at offset {start} but the journal starts at {bases[0]} "
+            "(the records in between were released); start this sink from a fresh checkpoint, "
+            "or the pipeline afresh to copy the tables again"
+        )
 
 
 def read_range(path: str, lo: int, hi: int, rows: int = _READ_ROWS) -> Iterator[pa.RecordBatch]:
@@ -136,6 +156,7 @@ class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.max_rows = max_records(options)
         self.consumer = option(options, "consumer")
+        self.strict = (option(options, "strict", "false") or "false").lower() == "true"
         self.target: int | None = None
 
     def initialOffset(self) -> dict[str, int]:
@@ -148,6 +169,8 @@ class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target = journal_head(self.path)
 
     def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:
+        if self.strict:
+            check_retained(self.path, int(start["offset"]))
         end = next_end(int(start["offset"]), journal_head(self.path), limit_rows(limit), self.target)
         return {"offset": end}
 
