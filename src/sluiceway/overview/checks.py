@@ -42,9 +42,12 @@ def journal_problems(entry: dict[str, Any], checks: Checks) -> list[str]:
 
 
 def pipeline_problems(entry: dict[str, Any], checks: Checks) -> list[str]:
+    # Imported here: a workspace without pipelines need not load the pipeline (pyarrow, pydantic models).
+    from sluiceway.pipeline.sources.adapters import WAL_BYTES, lag_unit
+
     problems = []
-    cdc = entry.get("source") == "postgres-cdc"
-    limit, unit = (checks.cdc_lag_bytes, "bytes of WAL") if cdc else (checks.pipeline_lag, "records")
+    unit = lag_unit(entry.get("source"))
+    limit = checks.cdc_lag_bytes if unit == WAL_BYTES else checks.pipeline_lag
     for sink in entry.get("sinks") or []:
         if sink["state"] == "failed":
             error = sink.get("error") or {}

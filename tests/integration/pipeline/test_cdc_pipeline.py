@@ -15,7 +15,7 @@ import pytest
 from sluiceway.journal import Journal
 from sluiceway.pipeline import Pipeline, PipelineSpec
 from sluiceway.pipeline.operator import read_checkpoint, source_status, status
-from sluiceway.pipeline.runner import cdc_log_dir
+from sluiceway.pipeline.sources.adapters import cdc_log_dir
 from tests.support.cdc import (
     TABLES,
     Writer,
