@@ -16,7 +16,7 @@ from sluiceway.cdc.state import SourceState, TableCopy
 from sluiceway.journal import Journal
 from sluiceway.pipeline import PipelineSpec
 from sluiceway.pipeline.operator import read_checkpoint
-from sluiceway.pipeline.runner import cdc_log_dir
+from sluiceway.pipeline.sources.adapters import cdc_log_dir
 from sluiceway.testing import wait_until
 from tests.support.cdc import (
     TABLES,

@@ -28,7 +28,11 @@ def test_thresholds_make_an_entry_stuck_and_say_why() -> None:
         journals=[{"consumers": [{"name": "c", "offset": 0, "lag": 10**6}]}],
         pipelines=[
             {"source": "journal", "sinks": [{"name": "s", "state": "ok", "lag": 10_001, "error": None}]},
-            {"source": "postgres-cdc", "sinks": [{"name": "s", "state": "ok", "lag": 10_001, "error": None}]},
+            {
+                "source": "postgres-cdc",
+                "sinks": [{"name": "s", "state": "ok", "lag": 9_999, "error": None}],
+                "cdc": {"slot": {"slot": "shop", "wal_retained_bytes": (1 << 30) + 1}},
+            },
         ],
         feeds=[{"expired_leases": 1, "workers": [{"owner": "w1", "expired_leases": 1}]}],
     )
@@ -37,7 +41,9 @@ def test_thresholds_make_an_entry_stuck_and_say_why() -> None:
     assert r["outboxes"][0]["problems"] == ["oldest row is 5m old (threshold 5m)"]
     assert r["journals"][0]["health"] == "ok", "consumer lag is off by default"
     assert r["pipelines"][0]["problems"] == ["sink s is 10001 records behind (threshold 10000)"]
-    assert r["pipelines"][1]["health"] == "ok", "CDC lag is bytes of WAL, against its own threshold"
+    assert r["pipelines"][1]["problems"] == [
+        "slot shop retains 1073741825 bytes of WAL (threshold 1073741824): is the pipeline's capture running?"
+    ], "a CDC sink's lag is records; the WAL the slot holds has its own threshold"
     assert r["feeds"][0]["problems"] == ["1 expired leases (threshold 0) held by w1"]
     assert unhealthy(r)[0] == "outbox outboxes-0: oldest row is 5m old (threshold 5m)"
 

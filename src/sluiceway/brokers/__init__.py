@@ -13,7 +13,6 @@ import asyncio
 from sluiceway.brokers.message import Ack, BrokerClient, Message
 from sluiceway.brokers.sender import Sender
 from sluiceway.config.brokers import BrokerSettings
-from sluiceway.errors import BrokerError
 
 __all__ = ["Ack", "BrokerClient", "BrokerSettings", "Message", "Sender", "check_broker", "open_client"]
 
@@ -45,6 +44,8 @@ def check_broker(settings: BrokerSettings) -> None:
     Run before a harvester campaigns for leadership: a wrong address, password or stream is said
     once, at once, instead of retried by a leader that holds its rows.
     """
+    from sluiceway.errors import BrokerError
+
     client = open_client(settings)
     servers = len(getattr(settings, "servers", ())) or 1
     # NATS tries each server twice; then one request (stream info, passive declare, PING).

@@ -94,13 +94,14 @@ def run(
     # A sink that stops is reported in one line below; py4j would print its proxy traceback too.
     logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
     from sluiceway.pipeline.errors import PipelineError
-    from sluiceway.pipeline.preflight import check_sinks, check_source
+    from sluiceway.pipeline.preflight import check_sinks
     from sluiceway.pipeline.runner import first_line
+    from sluiceway.pipeline.sources.adapters import adapter
 
     parsed = _spec(spec)
     # Before Spark starts: a wrong path, DSN or server is one line at once (Pipeline.start checks again).
     try:
-        check_source(parsed)
+        adapter(parsed).check(parsed)
         check_sinks(parsed)
     except PipelineError as exc:
         raise fail(f"{spec}: {exc}") from None
@@ -304,25 +305,25 @@ def drop_slot_cmd(spec: str = SPEC) -> None:
     """
     from sluiceway.cdc.postgres import CdcSession
     from sluiceway.errors import DatabaseError
+    from sluiceway.pipeline.sources.adapters import adapter
 
     parsed = _spec(spec)
-    if parsed.source.type != "postgres-cdc":
+    slot = adapter(parsed).slot(parsed)
+    if slot is None:
         raise fail(f"pipeline {parsed.name!r} reads {parsed.source.type!r}, which has no replication slot")
-    session = CdcSession(parsed.source.dsn)
+    session = CdcSession(slot.dsn)
     try:
-        info = session.slot(parsed.source.slot)
+        info = session.slot(slot.name)
         if info is None:
-            raise fail(f"slot {parsed.source.slot!r} does not exist (nothing to drop)")
+            raise fail(f"slot {slot.name!r} does not exist (nothing to drop)")
         try:
-            session.drop_slot(parsed.source.slot)
+            session.drop_slot(slot.name)
         except DatabaseError as exc:
-            raise fail(
-                f"cannot drop slot {parsed.source.slot!r} (is the pipeline still running?): {exc}"
-            ) from None
+            raise fail(f"cannot drop slot {slot.name!r} (is the pipeline still running?): {exc}") from None
     finally:
         session.close()
     console.print(
-        f"dropped slot {parsed.source.slot!r}, which held {info.retained:,} bytes of WAL; delete "
+        f"dropped slot {slot.name!r}, which held {info.retained:,} bytes of WAL; delete "
         f"{parsed.checkpoint} before running the pipeline again (it will copy the tables anew)",
         highlight=False,
     )

@@ -42,9 +42,17 @@ def journal_problems(entry: dict[str, Any], checks: Checks) -> list[str]:
 
 
 def pipeline_problems(entry: dict[str, Any], checks: Checks) -> list[str]:
+    # A sink's lag is records of its source (for CDC: of the capture's journal); the WAL a CDC slot
+    # retains — the capture behind, or the pipeline stopped — has its own threshold.
     problems = []
-    cdc = entry.get("source") == "postgres-cdc"
-    limit, unit = (checks.cdc_lag_bytes, "bytes of WAL") if cdc else (checks.pipeline_lag, "records")
+    unit, limit = "records", checks.pipeline_lag
+    slot = (entry.get("cdc") or {}).get("slot") or {}
+    retained = slot.get("wal_retained_bytes")
+    if checks.cdc_lag_bytes is not None and retained is not None and retained > checks.cdc_lag_bytes:
+        problems.append(
+            f"slot {slot.get('slot')} retains {retained} bytes of WAL (threshold {checks.cdc_lag_bytes}): "
+            "is the pipeline's capture running?"
+        )
     for sink in entry.get("sinks") or []:
         if sink["state"] == "failed":
             error = sink.get("error") or {}

@@ -74,7 +74,8 @@ class Checks(StrictModel):
     outbox_oldest_age: Duration | None = 300.0
     #: A sink is more than this many records behind its source.
     pipeline_lag: int | None = Field(10_000, ge=0)
-    #: A sink of a postgres-cdc pipeline is more than this many bytes of WAL behind the server.
+    #: A postgres-cdc pipeline's slot retains more than this many bytes of WAL (its capture is
+    #: behind or stopped; its sinks' lag is records of the capture's journal, as for any source).
     cdc_lag_bytes: int | None = Field(1 << 30, ge=0)
     #: More than this many feed partitions are held by leases that have run out.
     expired_leases: int | None = Field(0, ge=0)

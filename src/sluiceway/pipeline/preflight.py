@@ -1,9 +1,11 @@
 """Checks at start, before Spark runs any batch: can every source be read and every sink reached?
 
 A wrong path, DSN, server or stream is then one line and a non-zero exit at once — not a "bad
-record", a stack trace and a sink stopped at offset 0. One check per kind of source and sink, in
-:data:`SOURCE_CHECKS` and :data:`SINK_CHECKS` (a kind without an entry has nothing to reach:
-``console``). Each check connects with a short timeout and closes again; it writes nothing.
+record", a stack trace and a sink stopped at offset 0. One check per kind of sink, in
+:data:`SINK_CHECKS` (a kind without an entry has nothing to reach: ``console``); each kind of
+source checks itself (``SourceAdapter.check`` in :mod:`~sluiceway.pipeline.sources.adapters`,
+which shares :func:`reach_kafka` and :func:`reach_redis` with the sinks). Each check connects
+with a short timeout and closes again; it writes nothing.
 """
 
 from __future__ import annotations
@@ -14,75 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sluiceway.errors import BrokerError, ConfigError, DatabaseError
-from sluiceway.pipeline.errors import DestinationUnreachable, SourceError, one_line
+from sluiceway.errors import BrokerError, DatabaseError
+from sluiceway.pipeline.errors import DestinationUnreachable, one_line
 
 #: Seconds a check waits for a server to answer.
 CONNECT_TIMEOUT = 5.0
-
-
-# --- sources ---------------------------------------------------------------------------------------
-def _journal_source(src: Any) -> None:
-    from sluiceway.journal import Journal, JournalNotFoundError
-
-    try:
-        Journal.head_offset(src.path)
-    except JournalNotFoundError:
-        raise SourceError(f"pipeline.source.path: no journal at {src.path}") from None
-
-
-def _kafka_source(src: Any) -> None:
-    from sluiceway.pipeline.sources.kafka import KafkaAdmin
-
-    servers = src.config.get("bootstrap.servers", "")
-    try:
-        _kafka_reach(src.config)
-        admin = KafkaAdmin({**src.config, "log_level": "0"}, src.topics, timeout=CONNECT_TIMEOUT)
-        try:
-            admin.partitions()
-        finally:
-            admin.close()
-    except DestinationUnreachable as exc:
-        raise SourceError(f"pipeline.source: {exc.problem}") from None
-    except Exception as exc:
-        raise SourceError(f"pipeline.source: kafka {servers}: {_text(exc)}") from None
-
-
-def _outbox_source(src: Any) -> None:
-    from sluiceway.db import Database
-    from sluiceway.outbox.table import locate_outbox
-
-    try:
-        with Database(src.dsn, connect_timeout=CONNECT_TIMEOUT) as db:
-            locate_outbox(db, src.table)
-    except (DatabaseError, ConfigError) as exc:
-        raise SourceError(f"pipeline.source: {_text(exc)}") from None
-
-
-def _nats_source(src: Any) -> None:
-    from sluiceway.pipeline.sources.nats import stream_bounds
-
-    try:
-        stream_bounds(list(src.servers), src.stream)
-    except BrokerError as exc:
-        raise SourceError(f"pipeline.source: {_text(exc)}") from None
-
-
-def _redis_source(src: Any) -> None:
-    try:
-        _redis(src)
-    except DestinationUnreachable as exc:
-        raise SourceError(f"pipeline.source: {exc.problem}") from None
-
-
-#: The check of each kind of source (``postgres-cdc`` is checked by its capture: ``Pipeline.preflight``).
-SOURCE_CHECKS: dict[str, Callable[[Any], None]] = {
-    "journal": _journal_source,
-    "kafka": _kafka_source,
-    "outbox": _outbox_source,
-    "nats": _nats_source,
-    "redis": _redis_source,
-}
 
 
 # --- sinks -----------------------------------------------------------------------------------------
@@ -117,7 +55,7 @@ def _database(dsn: str) -> None:
     try:
         open_raw(parse_dsn(dsn), connect_timeout=CONNECT_TIMEOUT).close()
     except DatabaseError as exc:
-        raise DestinationUnreachable(_text(exc), permanent=True) from None
+        raise DestinationUnreachable(error_text(exc), permanent=True) from None
 
 
 def _postgres_sink(sink: Any) -> None:
@@ -128,7 +66,7 @@ def _feed_sink(sink: Any) -> None:
     _database(sink.dsn)
 
 
-def _kafka_reach(config: dict[str, str]) -> None:
+def reach_kafka(config: dict[str, str]) -> None:
     """One metadata request to the brokers (librdkafka's own log lines silenced: we say it once)."""
     from confluent_kafka.admin import AdminClient
 
@@ -136,11 +74,11 @@ def _kafka_reach(config: dict[str, str]) -> None:
     try:
         AdminClient({**config, "log_level": "0"}).list_topics(timeout=CONNECT_TIMEOUT)
     except Exception as exc:
-        raise DestinationUnreachable(f"kafka {servers}: {_text(exc)}", permanent=True) from None
+        raise DestinationUnreachable(f"kafka {servers}: {error_text(exc)}", permanent=True) from None
 
 
 def _kafka_sink(sink: Any) -> None:
-    _kafka_reach(dict(sink.config))
+    reach_kafka(dict(sink.config))
 
 
 def _broker(settings: Any) -> None:
@@ -156,7 +94,8 @@ def _broker(settings: Any) -> None:
     _run(reach(), settings)
 
 
-def _redis(settings: Any) -> None:
+def reach_redis(settings: Any) -> None:
+    """A ping to the Redis server of ``settings`` (a source's or a sink's)."""
     from sluiceway.brokers.redis import connect_redis, map_error
 
     async def reach() -> None:
@@ -179,7 +118,7 @@ def _run(check: Any, settings: Any) -> None:
             f"{settings.describe()}: no answer within {CONNECT_TIMEOUT + 1:g} s"
         ) from None
     except BrokerError as exc:
-        raise DestinationUnreachable(f"{settings.describe()}: {_text(exc)}", permanent=True) from None
+        raise DestinationUnreachable(f"{settings.describe()}: {error_text(exc)}", permanent=True) from None
 
 
 #: The check of each kind of sink (``console`` has nothing to reach).
@@ -193,15 +132,8 @@ SINK_CHECKS: dict[str, Callable[[Any], None]] = {
     "kafka": _kafka_sink,
     "nats": _broker,
     "rabbitmq": _broker,
-    "redis": _redis,
+    "redis": reach_redis,
 }
-
-
-def check_source(spec: Any) -> None:
-    """Raise :class:`SourceError` (one line, naming the spec key) when the source cannot be read."""
-    check = SOURCE_CHECKS.get(spec.source.type)
-    if check is not None:
-        check(spec.source)
 
 
 def check_sinks(spec: Any) -> None:
@@ -218,7 +150,8 @@ def check_sinks(spec: Any) -> None:
                 raise DestinationUnreachable(exc.problem, sink=name, permanent=exc.permanent) from None
 
 
-def _text(exc: BaseException) -> str:
+def error_text(exc: BaseException) -> str:
+    """A driver's or broker's error in one line, in its own words."""
     err: Any = exc.args[0] if exc.args else None
     if callable(getattr(err, "str", None)):  # a KafkaException: its KafkaError's own words
         return one_line(err.str())

@@ -18,17 +18,24 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluiceway.pipeline.compat import is_connect_session, tolerate_observed_metrics_in_commands
 from sluiceway.pipeline.dedup import dedup_by_sequence
 from sluiceway.pipeline.errors import PipelineError, SinkFailed, StepPaused
+from sluiceway.pipeline.operator import SinkStatus
+from sluiceway.pipeline.operator import skip as skip_record
+from sluiceway.pipeline.operator import status as sinks_status
+from sluiceway.pipeline.preflight import check_sinks
 from sluiceway.pipeline.sinks.handler import BatchHandler, Stopping
+from sluiceway.pipeline.sources.adapters import adapter
 from sluiceway.pipeline.spec import PipelineSpec
 from sluiceway.pipeline.state import StateStore
 from sluiceway.pipeline.transforms import apply_transforms
+
+if TYPE_CHECKING:
+    from sluiceway.cdc.service import CaptureService
 
 log = logging.getLogger("sluiceway.pipeline")
 
@@ -94,87 +101,13 @@ def register_query_source(spark: Any, fmt: str, query: str) -> str:
     return alias
 
 
-def cdc_root(spec: PipelineSpec) -> Path:
-    """Where a CDC pipeline's capture keeps its journal and the copy's state (beside the checkpoints)."""
-    return Path(spec.checkpoint) / "_cdc"
-
-
-def cdc_log_dir(spec: PipelineSpec) -> Path:
-    from sluiceway.cdc.service import log_path
-
-    return log_path(cdc_root(spec))
-
-
-def capture_service(spec: PipelineSpec) -> Any:
-    """The capture of a ``postgres-cdc`` pipeline (slot → journal), not yet prepared."""
-    from sluiceway.cdc.capture import CaptureOptions
-    from sluiceway.cdc.service import CaptureService, state_path
-
-    src = spec.source
-    assert src.type == "postgres-cdc"
-    options = CaptureOptions(
-        dsn=src.dsn,
-        tables=src.tables if isinstance(src.tables, str) else tuple(src.tables),
-        slot=src.slot,
-        publication=src.publication,
-        state_dir=str(state_path(cdc_root(spec))),
-        snapshot=src.snapshot,
-        chunk_size=src.chunk_size,
-    )
-    return CaptureService(
-        options, cdc_log_dir(spec), consumers=tuple(cdc_consumer(spec, s.name) for s in spec.sinks)
-    )
-
-
-def cdc_consumer(spec: PipelineSpec, sink: str) -> str:
-    """The name under which a sink commits its offsets in the capture journal."""
-    return f"{spec.name}.{sink}"
-
-
 def source_format(
     spec: PipelineSpec, sink: str, *, max_records: int | None = None, owner: str = ""
 ) -> tuple[str, dict[str, str]]:
     """The data source name and options that read the pipeline's source for one sink.
 
     ``owner`` names the pipeline run (a CDC slot serves one run at a time)."""
-    src = spec.source
-    opts: dict[str, str] = {}
-    limit = max_records or src.max_records_per_batch
-    if limit:
-        opts["maxRecordsPerBatch"] = str(limit)
-    if src.type == "journal":
-        opts.update(path=src.path, startingOffset=str(src.starting_offset), consumer=f"{spec.name}.{sink}")
-        fmt = "sluice-journal"
-    elif src.type == "kafka":
-        opts.update(topic=",".join(src.topics), startingOffsets=src.starting_offsets)
-        opts.update({f"kafka.{k}": v for k, v in src.config.items()})
-        fmt = "sluice-kafka"
-    elif src.type == "postgres-cdc":
-        # The capture streams the slot into this journal (sluiceway.cdc.service); each sink reads
-        # it at its own offset, as from any journal, its ops carried in a header.
-        opts.update(
-            path=str(cdc_log_dir(spec)),
-            startingOffset="0",
-            consumer=cdc_consumer(spec, sink),
-            strict="true",
-            minPartitions=str(src.partitions),
-        )
-        fmt = "sluice-journal"
-    elif src.type == "nats":
-        opts.update(servers=",".join(src.servers), stream=src.stream, startingOffset=str(src.starting_offset))
-        if src.subject:
-            opts["subject"] = src.subject
-        fmt = "sluice-nats"
-    elif src.type == "redis":
-        opts.update(url=src.url, stream=src.stream, startingOffset=src.starting_offset)
-        fmt = "sluice-redis"
-    else:
-        opts.update(
-            dsn=src.dsn, table=src.table, numPartitions=str(src.partitions), leaseTtl=str(src.lease_ttl)
-        )
-        fmt = "sluice-outbox"
-    opts.update(src.options)
-    return fmt, opts
+    return adapter(spec).spark_format(spec, sink, max_records=max_records)
 
 
 def build_stream(
@@ -184,7 +117,7 @@ def build_stream(
     fmt, opts = source_format(spec, sink, max_records=max_records, owner=owner)
     fmt = register_query_source(spark, fmt, f"{spec.name}/{sink}")
     df = spark.readStream.format(fmt).options(**opts).load()
-    if spec.source.type == "kafka" and spec.source.dedup:
+    if adapter(spec).dedup(spec):
         df = dedup_by_sequence(df)
     if spec.namespace != ".*":
         # Columns taken from the DataFrame itself, so a Spark Connect DataFrame gets Connect columns
@@ -236,8 +169,8 @@ class Pipeline:
         self._stopping = threading.Event()
         #: Names this run to sources that admit one run at a time.
         self.run_id = f"{spec.name}-{uuid.uuid4().hex[:8]}"
-        #: A CDC pipeline's capture (slot → journal), once prepared.
-        self.capture: Any = None
+        #: The capture that feeds the source (CDC: slot → journal), once prepared.
+        self.capture: CaptureService | None = None
         #: What ended the run other than a sink (the capture failing).
         self.failure: BaseException | None = None
         self._reported: set[str] = set()
@@ -380,15 +313,14 @@ class Pipeline:
         else reads the slot, and that the capture's journal is not behind it. The capture stays
         prepared for :meth:`start`.
         """
-        from sluiceway.pipeline.preflight import check_sinks, check_source
-
         if self.capture is not None:
             return
-        check_source(self.spec)
+        source = adapter(self.spec)
+        source.check(self.spec)
         check_sinks(self.spec)
-        if self.spec.source.type != "postgres-cdc":
+        service = source.capture(self.spec)
+        if service is None:
             return
-        service = capture_service(self.spec)
         service.prepare()
         self.capture = service
 
@@ -410,25 +342,8 @@ class Pipeline:
             service.close()
 
     def _commit_source(self, sink: str) -> None:
-        """Tell the source that the sink's last committed batch is done (outbox: purge its rows).
-
-        Spark commits a batch to its source only when it plans the next one, so a run that ends
-        (``--once``, a stop) would leave the last batch's rows claimed until the next run. The
-        checkpoint's commit log says the batch is done; committing it now is what Spark would do.
-        """
-        if self.spec.source.type != "outbox":
-            return
-        from sluiceway.pipeline.operator import read_checkpoint
-        from sluiceway.pipeline.sources.outbox import OutboxState
-
-        cp = read_checkpoint(self.spec.checkpoint_dir(sink))
-        if cp.committed is None or "batch" not in cp.committed:
-            return
-        state = OutboxState(self.spec.source.dsn, self.spec.source.table)
-        try:
-            state.commit(int(cp.committed["batch"]))
-        finally:
-            state.close()
+        """Tell the source that the sink's last committed batch is done (outbox: purge its rows)."""
+        adapter(self.spec).commit(self.spec, sink)
 
     # -- operator tools --------------------------------------------------------------------------
     def step(self, sink: str) -> dict[str, Any]:
@@ -452,14 +367,10 @@ class Pipeline:
         return {"sink": sink, "written": written, "offset": state.last_offset if written else None}
 
     def skip(self, sink: str, offset: int) -> None:
-        from sluiceway.pipeline.operator import skip
+        skip_record(self.spec, sink, offset)
 
-        skip(self.spec, sink, offset)
-
-    def status(self) -> list[Any]:
-        from sluiceway.pipeline.operator import status
-
-        return status(self.spec)
+    def status(self) -> list[SinkStatus]:
+        return sinks_status(self.spec)
 
 
 def _await(query: Any) -> None:

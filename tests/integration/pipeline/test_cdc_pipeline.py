@@ -19,7 +19,7 @@ import pytest
 from sluiceway.journal import Journal
 from sluiceway.pipeline import Pipeline, PipelineSpec
 from sluiceway.pipeline.operator import read_checkpoint, source_status, status
-from sluiceway.pipeline.runner import cdc_log_dir
+from sluiceway.pipeline.sources.adapters import cdc_log_dir
 from sluiceway.testing import wait_until
 from tests.support.cdc import (
     TABLES,
