@@ -77,20 +77,30 @@ class Writer(threading.Thread):
         self.pace = pace
         self.stop_event = threading.Event()
         self.ops = 0
+        self.restarts = 0
         self.error: BaseException | None = None
         self._version = 1_000_000
 
     def run(self) -> None:
         try:
-            with psycopg.connect(self.dsn, autocommit=True) as conn:
-                customers = [r[0] for r in conn.execute("SELECT id FROM customers").fetchall()]
-                while not self.stop_event.is_set():
-                    self._one(conn, customers)
-                    self.ops += 1
-                    if self.pace:
-                        self.stop_event.wait(self.pace)
+            while not self.stop_event.is_set():
+                try:
+                    self._write()
+                except psycopg.OperationalError:
+                    # The server restarted under us (a chaos test does that): write on once it is back.
+                    self.restarts += 1
+                    self.stop_event.wait(0.5)
         except BaseException as exc:  # reported by stop()
             self.error = exc
+
+    def _write(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True, connect_timeout=2) as conn:
+            customers = [r[0] for r in conn.execute("SELECT id FROM customers").fetchall()]
+            while not self.stop_event.is_set():
+                self._one(conn, customers)
+                self.ops += 1
+                if self.pace:
+                    self.stop_event.wait(self.pace)
 
     def _next(self) -> int:
         self._version += 1

@@ -113,7 +113,7 @@ class _LagCollector:
 
         lag = GaugeMetricFamily(
             "sluice_pipeline_lag",
-            "Records a sink is behind its source (bytes of WAL for postgres-cdc)",
+            "Records a sink is behind its source (for postgres-cdc: of the capture's journal)",
             labels=["pipeline", "sink"],
         )
         try:
