@@ -60,9 +60,17 @@ class DatabaseUnavailableError(DatabaseError):
     """The database could not be reached."""
 
 
-class NoSuchDatabaseError(DatabaseError):
-    """The database named does not exist (a missing SQLite file opened for reading): a permanent
-    error, said once, never retried and never "fixed" by creating an empty database."""
+class DatabaseRefusedError(DatabaseError):
+    """The server answered and refused the connection for good: no such database (SQLSTATE
+    3D000), a failed authentication (28P01, 28000), no permission to connect (42501). A permanent
+    error: said once, never retried (unlike :class:`DatabaseUnavailableError`, a server that
+    cannot be reached for now)."""
+
+
+class NoSuchDatabaseError(DatabaseRefusedError):
+    """The database named does not exist (a missing SQLite file opened for reading, SQLSTATE
+    3D000): a permanent error, said once, never retried and never "fixed" by creating an empty
+    database."""
 
 
 class ConflictError(DatabaseError):

@@ -88,3 +88,59 @@ def test_waiting_too_long_for_a_lock_is_a_lock_timeout(table: tuple[str, str]) -
         assert waiter.execute(f"UPDATE {name} SET n = n + 1 WHERE id = 1") == 1, (
             "usable once the lock is gone"
         )
+
+
+# --- a refused connection is permanent: raised at once, never retried -----------------------------
+def _missing_database_dsns() -> list[str]:
+    from tests.conftest import MYSQL_SERVER, PG_SERVER, pg_database_dsn
+
+    missing = f"nosuch_{uuid.uuid4().hex[:8]}"
+    return [pg_database_dsn(PG_SERVER, missing), MYSQL_SERVER.rsplit("/", 1)[0] + f"/{missing}"]
+
+
+@pytest.mark.parametrize("dsn", _missing_database_dsns(), ids=["postgres", "mysql"])
+def test_a_missing_database_is_refused_for_good(dsn: str) -> None:
+    from sluiceway.errors import DatabaseRefusedError, DatabaseUnavailableError, NoSuchDatabaseError
+
+    with Database(dsn) as db, pytest.raises(NoSuchDatabaseError) as caught:
+        db.fetchall("SELECT 1")
+    assert isinstance(caught.value, DatabaseRefusedError)
+    assert not isinstance(caught.value, DatabaseUnavailableError)  # what the retry loops retry
+    assert caught.value.code in ("3D000", "1049")
+    assert "nosuch_" in str(caught.value)
+
+
+def test_an_unknown_postgres_role_is_refused_for_good() -> None:
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    from sluiceway.errors import DatabaseRefusedError
+    from tests.conftest import PG_SERVER
+
+    params = conninfo_to_dict(PG_SERVER)
+    params["user"] = f"nosuch_{uuid.uuid4().hex[:8]}"
+    with Database(make_conninfo(**params)) as db, pytest.raises(DatabaseRefusedError) as caught:  # type: ignore[arg-type]
+        db.fetchall("SELECT 1")
+    assert caught.value.code == "28000"
+
+
+def test_a_postgres_that_is_down_is_only_unavailable() -> None:
+    from sluiceway.errors import DatabaseUnavailableError
+    from sluiceway.testing import free_port
+
+    down = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
+    with Database(down, connect_timeout=2) as db, pytest.raises(DatabaseUnavailableError):
+        db.fetchall("SELECT 1")
+
+
+def test_a_postgres_sink_on_a_missing_database_is_unreachable_for_good() -> None:
+    import pyarrow as pa
+
+    from sluiceway.pipeline.errors import DestinationUnreachable
+    from sluiceway.pipeline.sinks.postgres import PostgresSink
+
+    dsn = _missing_database_dsns()[0]
+    sink = PostgresSink(dsn, "orders", "key", "db")
+    with pytest.raises(DestinationUnreachable) as caught:
+        sink.write(pa.table({"offset": [0], "key": ["a"], "value": [b"{}"]}), "t0")
+    assert caught.value.permanent  # the sink stops at once: no outage wait, no record blamed
+    assert "does not exist" in caught.value.problem

@@ -8,6 +8,7 @@ Our own connections run in autocommit mode and take explicit transactions throug
 from __future__ import annotations
 
 import contextlib
+import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -18,6 +19,7 @@ from sluiceway.db.dsn import DataSource, Dialect, parse_dsn
 from sluiceway.errors import (
     ConflictError,
     DatabaseError,
+    DatabaseRefusedError,
     DatabaseUnavailableError,
     DeadlockError,
     LockTimeoutError,
@@ -42,6 +44,32 @@ _PG_CONFLICTS: dict[str, type[DatabaseError]] = {
     "40P01": DeadlockError,  # deadlock_detected: likewise
 }
 _PG_LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout expired, or NOWAIT found the row locked
+# The server refused us for good: waiting will not help, so these are never retried.
+_PG_REFUSED: dict[str, type[DatabaseError]] = {
+    "3D000": NoSuchDatabaseError,  # invalid_catalog_name: no such database
+    "28P01": DatabaseRefusedError,  # invalid_password
+    "28000": DatabaseRefusedError,  # invalid_authorization_specification: no such role, pg_hba.conf
+    "42501": DatabaseRefusedError,  # insufficient_privilege: no CONNECT privilege (or on a table)
+}
+# libpq keeps the SQLSTATE of an error that ends the connection start-up to itself: psycopg's
+# ``sqlstate`` is None there (seen with psycopg 3.3 and libpq 18; the PGresult is not exposed).
+# So for a failed connect only, and only when no code came with it, the server's own words (its
+# English ones; a localised server's refusal stays transient: retried, never wrongly final) name
+# the code. This is the one place the text of a driver error decides anything.
+_PG_CONNECT_REFUSALS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("3D000", re.compile(r'FATAL:\s+database ".*" does not exist')),
+    ("28P01", re.compile(r"FATAL:\s+password authentication failed for user")),
+    ("28000", re.compile(r'FATAL:\s+(role ".*" does not exist|role ".*" is not permitted to log in)')),
+    ("28000", re.compile(r"FATAL:\s+(no pg_hba\.conf entry|pg_hba\.conf rejects connection)")),
+    ("28000", re.compile(r"FATAL:\s+\w+ authentication failed for user")),  # ident, peer, md5…
+    ("42501", re.compile(r'FATAL:\s+permission denied for database ".*"')),
+)
+_MYSQL_REFUSED: dict[int, type[DatabaseError]] = {
+    1049: NoSuchDatabaseError,  # ER_BAD_DB_ERROR: unknown database
+    1044: DatabaseRefusedError,  # ER_DBACCESS_DENIED_ERROR: no access to that database
+    1045: DatabaseRefusedError,  # ER_ACCESS_DENIED_ERROR: wrong user or password
+    1698: DatabaseRefusedError,  # ER_ACCESS_DENIED_NO_PASSWORD_ERROR
+}
 _MYSQL_DEADLOCK = 1213  # ER_LOCK_DEADLOCK: InnoDB rolled the whole transaction back
 _MYSQL_LOCK_WAIT_TIMEOUT = 1205  # ER_LOCK_WAIT_TIMEOUT: only the statement (innodb_rollback_on_timeout=OFF)
 _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_CANTOPEN = 5, 6, 14  # primary result codes
@@ -59,6 +87,8 @@ def _classify(exc: BaseException) -> tuple[type[DatabaseError], str | None]:
             return _PG_CONFLICTS[state], state
         if state == _PG_LOCK_NOT_AVAILABLE:
             return LockTimeoutError, state
+        if state in _PG_REFUSED:
+            return _PG_REFUSED[state], state
         return (
             DatabaseUnavailableError if isinstance(exc, psycopg.OperationalError) else DatabaseError
         ), state
@@ -69,6 +99,8 @@ def _classify(exc: BaseException) -> tuple[type[DatabaseError], str | None]:
             return DeadlockError, code
         if errno == _MYSQL_LOCK_WAIT_TIMEOUT:
             return LockTimeoutError, code
+        if errno in _MYSQL_REFUSED:
+            return _MYSQL_REFUSED[errno], code
         unavailable = isinstance(exc, pymysql.err.OperationalError | pymysql.err.InterfaceError)
         return (DatabaseUnavailableError if unavailable else DatabaseError), code
     if isinstance(exc, sqlite3.Error):
@@ -81,6 +113,19 @@ def _classify(exc: BaseException) -> tuple[type[DatabaseError], str | None]:
             return LockTimeoutError, name
         return (DatabaseUnavailableError if primary == _SQLITE_CANTOPEN else DatabaseError), name
     return DatabaseError, None
+
+
+def _classify_connect(exc: BaseException) -> tuple[type[DatabaseError], str | None]:
+    """Like :func:`_classify`, for an error that ended a connection attempt: a refusal (see
+    ``_PG_REFUSED``) is permanent; anything else is the server being out of reach, for now."""
+    import psycopg
+
+    cls, code = _classify(exc)
+    if code is None and isinstance(exc, psycopg.OperationalError):
+        text = str(exc)
+        code = next((state for state, words in _PG_CONNECT_REFUSALS if words.search(text)), None)
+        cls = _PG_REFUSED.get(code or "", cls)
+    return (cls if issubclass(cls, DatabaseRefusedError) else DatabaseUnavailableError), code
 
 
 def map_db_error(exc: BaseException, what: str) -> SluicewayError:
@@ -126,9 +171,8 @@ def open_raw(source: DataSource, *, connect_timeout: float = 5.0, read_only: boo
             **kwargs,
         )
     except _driver_errors() as exc:
-        raise DatabaseUnavailableError(
-            f"cannot connect to {source.redacted()}: {str(exc).strip()}", code=_classify(exc)[1]
-        ) from exc
+        cls, code = _classify_connect(exc)
+        raise cls(f"cannot connect to {source.redacted()}: {str(exc).strip()}", code=code) from exc
 
 
 def _open_sqlite_read_only(source: DataSource, connect_timeout: float) -> Any:

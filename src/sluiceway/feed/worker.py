@@ -34,7 +34,7 @@ from dataclasses import replace
 
 from sluiceway.clock import Clock, SystemClock
 from sluiceway.db import Database, DataSource, parse_dsn
-from sluiceway.errors import DatabaseError
+from sluiceway.errors import DatabaseError, DatabaseRefusedError
 from sluiceway.feed.balance import plan, victim
 from sluiceway.feed.core import (
     Claimed,
@@ -253,6 +253,8 @@ class FeedWorker:
                         busy = self._balance(store, allow_steal=False) > 0
                         last_balance = now
                     failures = 0
+                except DatabaseRefusedError:
+                    raise  # a refused login, a dropped database: permanent, never retried
                 except DatabaseError as exc:
                     failures += 1
                     pause = min(self.renew_interval, self.poll_interval * 2 ** min(failures, 6))

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from sluiceway.errors import DatabaseError, InvariantViolation, PublisherFailedError
+from sluiceway.errors import DatabaseError, DatabaseRefusedError, InvariantViolation, PublisherFailedError
 from sluiceway.harvest.dispatch import Dispatcher, Failure
 from sluiceway.harvest.events import (
     Event,
@@ -208,6 +208,8 @@ class Term:
                 generation, tick, leader_id = disp.generation, disp.tick, self.leader_id
                 try:
                     marked = store.mark(leader_id, lim.mark_query_records)
+                except DatabaseRefusedError:
+                    raise  # a refused login, a dropped database: permanent, the harvester stops
                 except DatabaseError as exc:
                     log.warning(
                         "mark failed (%s); backing off %.3fs and re-marking under a new leader id",
@@ -407,6 +409,8 @@ class Term:
             try:
                 store.purge(ids)
                 return True
+            except DatabaseRefusedError:
+                raise  # permanent: the term stops (the rows stay for the next leader)
             except DatabaseError as exc:
                 # The records stay in their windows: the successors of these records must not be
                 # purged (or sent, with one in flight per key) while the rows might still exist.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from typing import Any
 
 from sluiceway.errors import ConfigError, SluicewayError
@@ -76,6 +78,29 @@ class DestinationUnreachable(PipelineError):
 
 def _unreachable(problem: str, sink: str, permanent: bool) -> DestinationUnreachable:
     return DestinationUnreachable(problem, sink=sink, permanent=permanent)
+
+
+#: A file system that is full: space may be freed (the sink waits for ``retry.outage``).
+_FS_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+#: A file system that refuses us: no permission, read-only. Waiting will not help.
+_FS_REFUSED = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+
+
+def file_system_fault(exc: BaseException, path: str) -> DestinationUnreachable | None:
+    """The :class:`DestinationUnreachable` for a file system error that is the destination's
+    fault, not a record's (a full disk: transient; permission denied, a read-only file system:
+    permanent), found in ``exc`` or what caused it; None for any other error. Told apart by
+    ``errno`` (pyarrow sets it too), never by the message."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a short cause chain; never loops on a cycle
+        if seen is None:
+            break
+        code = seen.errno if isinstance(seen, OSError) else None
+        if code is not None and (code in _FS_FULL or code in _FS_REFUSED):
+            where = getattr(seen, "filename", None) or path
+            return DestinationUnreachable(f"{where}: {os.strerror(code)}", permanent=code in _FS_REFUSED)
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def one_line(text: object) -> str:

@@ -157,8 +157,9 @@ def test_an_unreachable_sink_fails_at_start(tmp_path: Path, sink: str, words: li
 
 
 def test_a_lost_destination_at_run_time_blames_no_record(sluice_spark: Any, tmp_path: Path) -> None:
-    """Past the start-up check (skipped here), a sink whose database is gone waits ``retry.outage``
-    and stops saying the destination is unreachable: no record-by-record replay, no offset."""
+    """Past the start-up check (skipped here), a sink whose database is gone stops at once (a
+    missing database is permanent: no ``retry.outage`` wait) saying the destination is
+    unreachable: no record-by-record replay, no offset."""
     from sluiceway.pipeline import Pipeline, PipelineSpec
 
     journal_with(tmp_path / "journal", 3)

@@ -20,6 +20,7 @@ from sluiceway import (
     SluicewayError,
 )
 from sluiceway.db import map_db_error
+from sluiceway.errors import DatabaseRefusedError, NoSuchDatabaseError
 
 
 @pytest.mark.parametrize(
@@ -123,3 +124,31 @@ def test_sqlite_codes(code: int, name: str, kind: type[SluicewayError]) -> None:
 def test_sqlite_errors_without_a_code_are_plain_database_errors() -> None:
     mapped = map_db_error(sqlite3.ProgrammingError("Cannot operate on a closed database."), "read")
     assert type(mapped) is DatabaseError and mapped.code is None
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind", "code"),
+    [
+        (psycopg.errors.InvalidCatalogName('database "nosuch" does not exist'), NoSuchDatabaseError, "3D000"),
+        (psycopg.errors.InvalidPassword("password authentication failed"), DatabaseRefusedError, "28P01"),
+        (
+            psycopg.errors.InvalidAuthorizationSpecification("no pg_hba.conf entry"),
+            DatabaseRefusedError,
+            "28000",
+        ),
+        (
+            psycopg.errors.InsufficientPrivilege("permission denied for database"),
+            DatabaseRefusedError,
+            "42501",
+        ),
+        (pymysql.err.OperationalError(1049, "Unknown database 'nosuch'"), NoSuchDatabaseError, "1049"),
+        (pymysql.err.OperationalError(1045, "Access denied for user"), DatabaseRefusedError, "1045"),
+    ],
+)
+def test_a_refusal_is_permanent_never_unavailable(
+    exc: Exception, kind: type[DatabaseError], code: str
+) -> None:
+    # Unavailable is retried (harvester, feed worker, CDC, pipeline sinks); a refusal never is.
+    mapped = map_db_error(exc, "connect")
+    assert type(mapped) is kind and isinstance(mapped, DatabaseRefusedError)
+    assert not isinstance(mapped, DatabaseUnavailableError) and mapped.code == code

@@ -6,7 +6,8 @@ await acknowledgements at once, within a key one at a time and in offset order, 
 lets a key's later record overtake an earlier one; a record that still fails fails the write (and
 nothing of its key after it is sent). Each message id is ``<token>/<row>``: a replayed slice
 carries the same ids, which JetStream drops within its duplicate window (idempotent per batch
-there); RabbitMQ and Redis get them again (at-least-once).
+there); RabbitMQ and Redis get them again (at-least-once). A broker that stays away is no
+record's fault (:func:`write_failure`): the write raises ``DestinationUnreachable``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pyarrow as pa
 from sluiceway.brokers import Ack, Message, Sender, open_client
 from sluiceway.config.brokers import BrokerSettings
 from sluiceway.errors import BrokerError
+from sluiceway.pipeline.errors import DestinationUnreachable, one_line
 from sluiceway.pipeline.record import header_pairs
 
 
@@ -69,14 +71,34 @@ class BrokerSink:
         left = sender.flush(self.settings.delivery_timeout + self.settings.ack_timeout + 5)
         if errors or left:
             self.close()  # a fresh connection for the retry
-            if errors:
-                raise errors[0]
-            raise BrokerError(sender.broker, "publish", f"{left} messages not acknowledged in time")
+            raise write_failure(self.settings, errors, left)
 
     def close(self) -> None:
         sender, self._sender = self._sender, None
         if sender is not None:
             sender.close()
+
+
+def write_failure(settings: BrokerSettings, errors: list[BrokerError], left: int) -> Exception:
+    """What a failed write raises, told apart by the adapters' own mapping (``sluiceway.brokers``):
+    a message the broker refuses on its merits (``permanent``: too large, a key of the wrong type)
+    is a record's error (the batch is replayed to find it); a broker that stayed away for the
+    whole ``deliveryTimeout`` (``retriable``: no connection, no acknowledgement, a refused login
+    met at run time) or messages still unacknowledged are the destination's, not a record's.
+    The other errors are only consequences (a key's later message not sent after its failure).
+    """
+    refused = next((e for e in errors if e.permanent), None)
+    if refused is not None:
+        return refused
+    away = next((e for e in errors if e.retriable), None)
+    if away is not None:
+        return DestinationUnreachable(f"{settings.describe()}: {one_line(away.problem)}")
+    if left:
+        return DestinationUnreachable(
+            f"{settings.describe()}: {left} messages not acknowledged within "
+            f"{settings.delivery_timeout + settings.ack_timeout:g}s"
+        )
+    return errors[0]
 
 
 def _millis(stamp: Any) -> int | None:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from sluiceway.errors import DatabaseUnavailableError
+from sluiceway.errors import DatabaseRefusedError, DatabaseUnavailableError
 from sluiceway.pipeline.errors import DestinationUnreachable, one_line
 
 
@@ -39,8 +39,8 @@ class FeedSink:
         if self._feed is None:
             try:
                 self._feed = Feed(self.dsn, prefix=self.prefix)
-            except DatabaseUnavailableError as exc:  # not the records' fault: wait, then say so
-                raise DestinationUnreachable(one_line(exc)) from None
+            except (DatabaseUnavailableError, DatabaseRefusedError) as exc:
+                raise _unreachable(exc) from None
         groups: dict[str, list[bytes]] = {}
         for row in table.select(["offset", "namespace", "key", "value"]).to_pylist():
             name = self.template.format(namespace=row["namespace"], key=row["key"], offset=row["offset"])
@@ -50,6 +50,9 @@ class FeedSink:
                 [NewPartition(name, items, self.gate, None) for name, items in groups.items()],
                 if_exists=self.if_exists,
             )
+        except (DatabaseUnavailableError, DatabaseRefusedError) as exc:
+            self.close()
+            raise _unreachable(exc) from exc
         except BaseException:
             self.close()
             raise
@@ -58,3 +61,8 @@ class FeedSink:
         if self._feed is not None:
             self._feed.close()
             self._feed = None
+
+
+def _unreachable(exc: DatabaseUnavailableError | DatabaseRefusedError) -> DestinationUnreachable:
+    """Not the records' fault: the sink waits for the database (a refusal stops it at once)."""
+    return DestinationUnreachable(one_line(exc), permanent=isinstance(exc, DatabaseRefusedError))

@@ -5,18 +5,22 @@ and a replayed write produces the same name and replaces it: idempotent per batc
 pyarrow by the Spark tasks into ``<path>/.staging``, then put in place by the driver in batch
 order; on a cluster ``path`` must be on a file system every node sees. JSON/CSV: ``value`` is
 text when it is UTF-8 (else base64 in ``value_base64``), headers are a JSON object list,
-timestamps ISO-8601.
+timestamps ISO-8601. A full disk or a directory it may not write to stops the sink as an
+unreachable destination (no record is blamed).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
+
+from sluiceway.pipeline.errors import file_system_fault
 
 
 def _text_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -45,11 +49,26 @@ class FileSink:
 
     def write(self, table: pa.Table, token: str) -> None:
         where = self.path if self.staged is None else os.path.join(self.path, ".staging")
-        os.makedirs(where, exist_ok=True)
         ext = {"parquet": "parquet", "json": "jsonl", "csv": "csv"}[self.fmt]
         name = f"part-{token}.{ext}"
-        final = os.path.join(where, name)
         tmp = os.path.join(where, f".{name}.tmp")
+        try:
+            os.makedirs(where, exist_ok=True)
+            self._write_file(table, tmp)
+            os.replace(tmp, os.path.join(where, name))
+        except OSError as exc:
+            # A full disk or a directory we may not write to is the destination's fault, not a
+            # record's: no replay one record at a time (see ``file_system_fault``).
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            fault = file_system_fault(exc, where)
+            if fault is None:
+                raise
+            raise fault from exc
+        if self.staged is not None:
+            self.staged.append(name)
+
+    def _write_file(self, table: pa.Table, tmp: str) -> None:
         if self.fmt == "parquet":
             import pyarrow.parquet as pq
 
@@ -70,9 +89,6 @@ class FileSink:
                         writer.writerow(
                             {k: json.dumps(v) if isinstance(v, list | dict) else v for k, v in r.items()}
                         )
-        os.replace(tmp, final)
-        if self.staged is not None:
-            self.staged.append(name)
 
     def close(self) -> None:
         pass

@@ -14,9 +14,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from sluiceway.db import Dialect, quote_identifier
+from sluiceway.db import Dialect, map_db_error, quote_identifier
 from sluiceway.db.identifiers import check_identifier
-from sluiceway.errors import DatabaseUnavailableError
+from sluiceway.errors import DatabaseRefusedError, DatabaseUnavailableError
 from sluiceway.pipeline.errors import DestinationUnreachable, one_line
 
 PROGRESS_TABLE = "sluice_sink_progress"
@@ -73,9 +73,11 @@ class PostgresSink:
         if self._conn is None:
             try:
                 self._conn = open_raw(parse_dsn(self.dsn))
-            except DatabaseUnavailableError as exc:
-                # Not the records' fault: the sink waits for the server, then stops saying so.
-                raise DestinationUnreachable(one_line(exc)) from None
+            except (DatabaseUnavailableError, DatabaseRefusedError) as exc:
+                # Not the records' fault: the sink waits for the server (a refusal: it stops at
+                # once), then stops saying so.
+                permanent = isinstance(exc, DatabaseRefusedError)
+                raise DestinationUnreachable(one_line(exc), permanent=permanent) from None
             self._conn.execute(
                 f"CREATE TABLE IF NOT EXISTS {PROGRESS_TABLE} (sink TEXT PRIMARY KEY, token TEXT NOT NULL)"
             )
@@ -126,6 +128,9 @@ class PostgresSink:
             self.close()
             if lost:  # the connection dropped mid-write (a restart, a network cut): wait for it
                 raise DestinationUnreachable(f"lost the connection: {one_line(exc)}") from exc
+            if isinstance(map_db_error(exc, "write"), DatabaseRefusedError):
+                # No privilege on the table (42501): the destination's set-up, not a record.
+                raise DestinationUnreachable(one_line(exc), permanent=True) from exc
             raise
         except BaseException:
             self.close()

@@ -304,6 +304,16 @@ def _batch(cols: dict[str, list[Any]]) -> pa.RecordBatch:
 
 
 # --- writing ------------------------------------------------------------------------------------
+class KafkaDeliveryError(PublishError):
+    """A :func:`produce_table` that did not get every acknowledgement: ``error`` is the first
+    delivery report's ``KafkaError`` (None if none came), ``remaining`` the records still waiting
+    when it gave up."""
+
+    def __init__(self, message: str, *, error: Any = None, remaining: int = 0) -> None:
+        self.error, self.remaining = error, remaining
+        super().__init__(message)
+
+
 def produce_table(
     producer: Any,
     table: pa.Table | pa.RecordBatch,
@@ -311,8 +321,10 @@ def produce_table(
     *,
     timeout: float = 60.0,
     on_error: Callable[[int, str], None] | None = None,
+    give_up: Callable[[], bool] | None = None,
 ) -> int:
-    """Produce every row and wait for all delivery acks; raise :class:`PublishError` on any failure.
+    """Produce every row and wait for all delivery acks; raise :class:`KafkaDeliveryError` on any
+    failure, or when ``give_up()`` turns true while waiting (a client error no wait can cure).
 
     Rows go in table order; per-key order holds because one producer sends a key's records to
     one partition in order (enable idempotence in the config to keep it across retries).
@@ -324,11 +336,11 @@ def produce_table(
     values = table.column("value").to_pylist()
     headers = table.column("headers").to_pylist() if "headers" in table.column_names else [None] * n
     topics = [topic] * n if topic else table.column("namespace").to_pylist()
-    errors: list[str] = []
+    errors: list[Any] = []
 
     def delivered(err: Any, msg: Any) -> None:
         if err is not None:
-            errors.append(str(err))
+            errors.append(err)
 
     for i in range(n):
         hs = headers[i]
@@ -345,11 +357,19 @@ def produce_table(
             producer.poll(0)
         if errors:
             break
-    remaining = producer.flush(timeout)
+    # Waited for in short slices, so that a failed delivery or ``give_up`` ends the wait early.
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = producer.flush(min(0.5, max(0.0, deadline - time.monotonic())))
+        if not remaining or errors or time.monotonic() >= deadline or (give_up is not None and give_up()):
+            break
     if errors:
-        raise PublishError(f"kafka delivery failed: {errors[0]}")
+        raise KafkaDeliveryError(f"kafka delivery failed: {errors[0]}", error=errors[0], remaining=remaining)
     if remaining:
-        raise PublishError(f"kafka delivery not acknowledged within {timeout:.0f}s ({remaining} records)")
+        within = f" within {timeout:.0f}s" if time.monotonic() >= deadline else ""
+        raise KafkaDeliveryError(
+            f"kafka delivery not acknowledged{within} ({remaining} records)", remaining=remaining
+        )
     return int(n)
 
 
