@@ -219,10 +219,11 @@ class Capture:
             handover = stream.take(0.05) if waiting or not units else stream.take_nowait()
             if handover is None:
                 raise _stream_error(stream)
-            for lsn, data in handover:
+            for row in handover:
+                data = row[2]
                 kind = data[0]
                 if txn is not None:
-                    txn.append((lsn, 0, data))
+                    txn.append(row)
                     if kind == 0x43:  # 'C'
                         commit = decode(data)
                         assert isinstance(commit, Commit)
@@ -233,15 +234,15 @@ class Capture:
                             _track_relations(txn, relations)
                         txn = None
                 elif kind == 0x42:  # 'B'
-                    txn = [(lsn, 0, data)]
+                    txn = [row]
                 elif kind == 0x4D:  # 'M' between transactions: a non-transactional message
                     message = decode(data)
                     assert isinstance(message, Message)
                     if message.lsn > self.position:
-                        units.append(_Unit(message.lsn, [(lsn, 0, data)]))
+                        units.append(_Unit(message.lsn, [row]))
                         gathered += 1
                 elif kind == 0x52:  # 'R' outside a transaction (not sent so by pgoutput, but harmless)
-                    relations[_RELID.unpack_from(data, 1)[0]] = (lsn, 0, data)
+                    relations[_RELID.unpack_from(data, 1)[0]] = row
             if units and (not handover or gathered >= self.options.max_append or waiting):
                 waiting = not self._append(units, relations)
                 gathered = sum(len(u.rows) for u in units)

@@ -35,8 +35,9 @@ from sluiceway.cdc.errors import CdcError
 
 log = logging.getLogger("sluiceway.cdc")
 
-#: One received message: (its WAL position, the pgoutput bytes).
-Message = tuple[int, bytes]
+#: One received message: (its WAL position, 0, the pgoutput bytes) — the row shape the pure
+#: assembly takes (the 0 stands for the xid, which pgoutput gives in Begin, not per message).
+Message = tuple[int, int, bytes]
 
 #: A hand-over of messages; ``None`` in place of a list says the stream ended (see ``error``).
 Handover = list[Message] | None
@@ -169,7 +170,7 @@ class ReplicationStream:
             while not self._stop.is_set():
                 message = cursor.read_message()
                 if message is not None:
-                    handover.append((message.data_start, message.payload))
+                    handover.append((message.data_start, 0, message.payload))
                     if len(handover) < limit:
                         continue
                 now = time.monotonic()
