@@ -72,6 +72,8 @@ class CaptureOptions:
     #: fsync), unless ``linger_rows`` have gathered. Commit → journal latency pays at most this.
     linger: float = 0.005
     linger_rows: int = 20_000
+    #: The copy: chunks read ahead of what the journal holds (each a file until appended).
+    read_ahead: int = 2
     #: With nothing of ours in the stream for this many WAL bytes, write a heartbeat watermark so
     #: the slot can move on (pgoutput sends nothing for transactions on other tables).
     heartbeat_bytes: int = 16 << 20
@@ -362,15 +364,19 @@ class Capture:
                     )
                     state.open = None
                     store.save(state)
+                taken: deque[int] = deque(maxlen=self.options.read_ahead)
                 for table in self._tables:
                     progress = state.tables.setdefault(table.namespace, TableCopy())
                     while not progress.done and not self._stop.is_set():
-                        # Read ahead by one chunk at most: the previous chunk's window must be appended.
-                        while not self.wait_for(state.frontier, 1.0):
+                        # At most `read_ahead` chunks taken and not yet appended: the server renders
+                        # the next while the journal takes this one, and chunk files stay few.
+                        oldest = taken[0] if len(taken) == taken.maxlen else 0
+                        while not self.wait_for(oldest, 1.0):
                             if self._stop.is_set():
                                 return
                         self._forget_chunks(state)
                         self._take_chunk(session, table, state, progress)
+                        taken.append(state.frontier)
                 if not self._stop.is_set() and state.done_at is None:
                     state.done_at = state.frontier
                     store.save(state)
