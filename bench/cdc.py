@@ -10,7 +10,9 @@
     for the capture, the backend for the SQL drain — per run of N changes.
 (c) latency: a writer commits single-row transactions at a steady rate (5,000/s by default) while
     the capture runs; commit → durable in the journal, p50/p99 (the commit time is the
-    transaction's own, from the stream; the append time is taken when the append returns).
+    transaction's own, from the stream; the append time is taken when the append returns). Beside
+    it, commit → a whole pipeline's journal sink with the default trigger (500/s by default, on a
+    local[2] Spark session): the sink's journal is followed and each arrival timed.
 (d) copy: a table of M rows copied by the capture (``snapshot: initial``, chunks) into a journal,
     against ``COPY table TO STDOUT`` read by a client, and against the server's own JSON ceiling,
     ``COPY (SELECT row_to_json(t) FROM table t) TO STDOUT`` (records carry each row as JSON).
@@ -229,8 +231,15 @@ def latency(dsn: str, slot: str, work: str, rate: int, seconds: float) -> list[f
 
     target.append = timed_append  # type: ignore[method-assign]
     service.start()
+    write_steadily(dsn, rate, seconds, 50_000_000)
+    time.sleep(1.0)
+    service.close()
+    return samples
+
+
+def write_steadily(dsn: str, rate: int, seconds: float, base: int) -> None:
+    """Single-row transactions at ``rate`` per second for ``seconds``."""
     stop = time.perf_counter() + seconds
-    base = 50_000_000
     with psycopg.connect(dsn, autocommit=True) as conn:
         i = 0
         next_at = time.perf_counter()
@@ -241,8 +250,54 @@ def latency(dsn: str, slot: str, work: str, rate: int, seconds: float) -> list[f
             pause = next_at - time.perf_counter()
             if pause > 0:
                 time.sleep(pause)
-    time.sleep(1.0)
-    service.close()
+
+
+def pipeline_latency(dsn: str, slot: str, work: str, rate: int, seconds: float) -> list[float]:
+    """Commit → a pipeline's journal sink (default trigger), in ms: the sink's journal is followed
+    and each record's arrival compared with its commit time (the record's timestamp)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from sluiceway.journal import Journal
+    from sluiceway.pipeline import Pipeline, PipelineSpec
+
+    spec = PipelineSpec.from_dict(
+        {
+            "name": "latency",
+            "source": {
+                "type": "postgres-cdc", "dsn": dsn, "tables": ["public.events"], "slot": slot,
+                "publication": "bench_pub", "snapshot": "never",
+            },
+            "sinks": [{"name": "log", "type": "journal", "path": os.path.join(work, "sink")}],
+            "checkpoint": os.path.join(work, "cp"),
+        }
+    )  # fmt: skip
+    pipeline = Pipeline(spec, master="local[2]")
+    runner = threading.Thread(target=lambda: pipeline.run(handle_signals=False), daemon=True)
+    runner.start()
+    samples: list[float] = []
+    done = threading.Event()
+
+    def follow() -> None:
+        path = os.path.join(work, "sink")
+        while not os.path.exists(path) and not done.is_set():
+            time.sleep(0.05)
+        with Journal.open(path, read_only=True) as sink:
+            for record in sink.read(follow=True, timeout=2.0):
+                samples.append((time.time() * 1e6 - record.timestamp_us) / 1000.0)
+                if done.is_set():
+                    return
+
+    follower = threading.Thread(target=follow, daemon=True)
+    try:
+        time.sleep(15)  # the queries start and settle
+        follower.start()
+        write_steadily(dsn, rate, seconds, 70_000_000)
+        time.sleep(3)
+        done.set()
+        follower.join(10)
+    finally:
+        pipeline.request_stop()
+        runner.join(60)
+        pipeline.spark.stop()
     return samples
 
 
@@ -275,6 +330,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rate", type=int, default=5_000, help="latency: transactions per second")
     parser.add_argument("--seconds", type=float, default=10.0, help="latency: how long to write")
+    parser.add_argument(
+        "--pipeline-rate", type=int, default=500, help="latency through a pipeline sink (0: skip; Spark)"
+    )
     args = parser.parse_args()
 
     work_root = tempfile.mkdtemp(prefix="sluice-bench-cdc-")
@@ -336,6 +394,12 @@ def main() -> None:
             print(f"round {round_no}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in t.items()), flush=True)
         create_slot(dsn, "latency")
         samples = latency(dsn, "latency", os.path.join(work_root, "lat"), args.rate, args.seconds)
+        sink_samples: list[float] = []
+        if args.pipeline_rate:
+            create_slot(dsn, "latency_pipe")
+            sink_samples = pipeline_latency(
+                dsn, "latency_pipe", os.path.join(work_root, "pipe"), args.pipeline_rate, args.seconds
+            )
         n, m = args.changes, args.rows
         rate = {k: (m if k.startswith("copy") else n) / min(v) for k, v in t.items()}
         decode = {k: min(v) * 500_000 / n for k, v in cpu.items()}
@@ -355,6 +419,10 @@ def main() -> None:
             "latency_samples": len(samples),
             "latency_p50_ms": round(percentile(samples, 0.5), 2),
             "latency_p99_ms": round(percentile(samples, 0.99), 2),
+            "sink_latency_rate": args.pipeline_rate,
+            "sink_latency_samples": len(sink_samples),
+            "sink_latency_p50_ms": round(percentile(sink_samples, 0.5), 1),
+            "sink_latency_p99_ms": round(percentile(sink_samples, 0.99), 1),
             "copy_ratio": round(rate["copy"] / rate["copy_raw"], 3),
             "json_ceiling_ratio": round(rate["copy_json"] / rate["copy_raw"], 3),
             "copy_vs_json_ceiling": round(rate["copy"] / rate["copy_json"], 3),
@@ -379,6 +447,10 @@ def main() -> None:
                 ("capture / SQL drain", f"{summary['server_cpu_ratio']}"),
                 (f"(c) commit → journal at {args.rate}/s, p50", f"{summary['latency_p50_ms']} ms"),
                 (f"commit → journal at {args.rate}/s, p99", f"{summary['latency_p99_ms']} ms"),
+                (
+                    f"commit → a pipeline's journal sink (default trigger) at {args.pipeline_rate}/s",
+                    f"p50 {summary['sink_latency_p50_ms']} / p99 {summary['sink_latency_p99_ms']} ms",
+                ),
                 ("(d) COPY accounts TO STDOUT", f"{rate['copy_raw']:,.0f} rows/s"),
                 ("COPY of row_to_json (the server's JSON ceiling)", f"{rate['copy_json']:,.0f} rows/s"),
                 ("copy → journal", f"{rate['copy']:,.0f} rows/s"),
