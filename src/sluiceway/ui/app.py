@@ -104,13 +104,19 @@ def _number(value: Any) -> str:
     return "-" if value is None else f"{value:,}" if isinstance(value, int) else str(value)
 
 
+def _segment(value: Any) -> str:
+    """``value`` as one segment of a URL path (``/`` too is escaped): a name is text, never URL
+    structure. Workspace, pipeline and sink names are validated already; this does not rely on it."""
+    return quote(str(value), safe="")
+
+
 def _templates() -> Jinja2Templates:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("sluiceway.ui", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
-    env.filters.update(seconds=_format_seconds, size=_format_bytes, number=_number, q=lambda v: quote(str(v)))
+    env.filters.update(seconds=_format_seconds, size=_format_bytes, number=_number, q=_segment)
     return Jinja2Templates(env=env)
 
 
@@ -288,27 +294,27 @@ def _action(perform: Perform) -> Callable[[Request], Awaitable[Response]]:
 @_action
 def retry_dead(request: Request, form: dict[str, str]) -> tuple[str, str]:
     name, dead_id = request.path_params["name"], int(request.path_params["id"])
-    return f"/outbox/{quote(name)}", actions.retry_dead(_console(request).workspace, name, dead_id)
+    return f"/outbox/{_segment(name)}", actions.retry_dead(_console(request).workspace, name, dead_id)
 
 
 @_action
 def resolve_dead(request: Request, form: dict[str, str]) -> tuple[str, str]:
     name, dead_id = request.path_params["name"], int(request.path_params["id"])
-    return f"/outbox/{quote(name)}", actions.resolve_dead(_console(request).workspace, name, dead_id)
+    return f"/outbox/{_segment(name)}", actions.resolve_dead(_console(request).workspace, name, dead_id)
 
 
 @_action
 def skip(request: Request, form: dict[str, str]) -> tuple[str, str]:
     name, sink = request.path_params["name"], request.path_params["sink"]
     offset = int(form.get("offset", ""))
-    return f"/pipeline/{quote(name)}", actions.skip(_console(request).workspace, name, sink, offset)
+    return f"/pipeline/{_segment(name)}", actions.skip(_console(request).workspace, name, sink, offset)
 
 
 @_action
 def step(request: Request, form: dict[str, str]) -> tuple[str, str]:
     name, sink = request.path_params["name"], request.path_params["sink"]
     steps = cast(Steps, request.app.state.steps)
-    return f"/pipeline/{quote(name)}", steps.start(_console(request).workspace, name, sink)
+    return f"/pipeline/{_segment(name)}", steps.start(_console(request).workspace, name, sink)
 
 
 @_action
@@ -316,7 +322,7 @@ def retry_feed(request: Request, form: dict[str, str]) -> tuple[str, str]:
     name = request.path_params["name"]
     partition = form.get("partition") or None
     item = int(form["item"]) if form.get("item") else None
-    return f"/feed/{quote(name)}", actions.retry_feed(_console(request).workspace, name, partition, item)
+    return f"/feed/{_segment(name)}", actions.retry_feed(_console(request).workspace, name, partition, item)
 
 
 ROUTES = [
