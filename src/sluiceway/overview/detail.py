@@ -9,9 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from sluiceway.db import Database
 from sluiceway.feed import Feed, Partition, Status
 from sluiceway.journal import Journal
 from sluiceway.overview.values import iso, preview
+from sluiceway.overview.workspace import FeedWatch
 
 #: Most records one journal page shows.
 MAX_RECORDS = 500
@@ -53,6 +55,20 @@ def stopped_record(spec_path: str, offset: int) -> dict[str, Any] | None:
     }
 
 
+def stopped_records(entry: dict[str, Any]) -> dict[str, Any]:
+    """Sink name → the record each failed sink of a pipeline's status ``entry`` stopped on (or
+    why it cannot be read: the page still shows the sink's error without it)."""
+    stopped: dict[str, Any] = {}
+    for sink in entry["sinks"] or []:
+        offset = (sink["error"] or {}).get("offset")
+        if sink["state"] == "failed" and isinstance(offset, int):
+            try:
+                stopped[sink["name"]] = stopped_record(entry["spec"], offset)
+            except Exception as exc:  # any source error: shown in place of the record
+                stopped[sink["name"]] = {"error": f"cannot read the record: {exc}"}
+    return stopped
+
+
 @dataclass(frozen=True, slots=True)
 class FeedPage:
     partitions: list[Partition]
@@ -78,3 +94,10 @@ def feed_page(feed: Feed, after: int = 0, limit: int = 50) -> FeedPage:
         ]
         failed.append((partition, items))
     return FeedPage(page.rows, page.next_after, failed)
+
+
+def feed_listing(watch: FeedWatch, after: int = 0) -> FeedPage:
+    """The console's feed page: :func:`feed_page` of the watched feed, read on a read-only
+    connection."""
+    with Database(watch.dsn, read_only=True) as db, Feed(db, prefix=watch.prefix, migrate=False) as feed:
+        return feed_page(feed, after=after)

@@ -1,6 +1,6 @@
 """An outbox as the operator sees it: its backlog and leader, the rows at its head, its dead
 letters. Reads only (``outbox stats``, the lease by :func:`~sluiceway.election.lease.inspect_lease`);
-retrying or resolving a dead letter is :mod:`sluiceway.outbox.deadletters`' (the console calls it).
+retrying or resolving a dead letter is an action (:mod:`sluiceway.overview.actions`).
 """
 
 from __future__ import annotations
@@ -92,3 +92,10 @@ def dead_letters(db: Database, table: str, limit: int = 100) -> list[DeadLetter]
         DeadLetter(int(r[0]), iso(r[1]), str(r[2]), str(r[3]), str(r[4]), int(r[5]), iso(r[6]), preview(r[7]))
         for r in rows
     ]
+
+
+def outbox_listings(watch: OutboxWatch) -> tuple[list[OutboxRow], list[DeadLetter]]:
+    """The console's outbox page: the head of the backlog and the dead letters, read on a
+    read-only connection."""
+    with Database(watch.dsn, read_only=True) as db:
+        return oldest_rows(db, watch.table), dead_letters(db, watch.table)

@@ -22,7 +22,7 @@ from sluiceway.feed import Feed, FeedStatus, Status
 from sluiceway.journal import Journal
 from sluiceway.overview.checks import evaluate
 from sluiceway.overview.outbox import outbox_status
-from sluiceway.overview.workspace import FeedWatch, JournalWatch, OutboxWatch, Workspace
+from sluiceway.overview.workspace import FeedWatch, JournalWatch, NotWatchedError, OutboxWatch, Workspace
 
 log = logging.getLogger("sluiceway.overview")
 
@@ -193,15 +193,26 @@ def pipeline_specs(workspace: Workspace) -> dict[str, str]:
     return found
 
 
-def collect_one(workspace: Workspace, kind: str, name: str) -> dict[str, Any] | None:
-    """The entry ``name`` of ``kind`` alone (read, checks applied), or None if the workspace has none."""
+def pipeline_spec(workspace: Workspace, name: str) -> str:
+    """The spec file of the pipeline ``name``; :class:`NotWatchedError` if the workspace has none."""
+    spec = pipeline_specs(workspace).get(name)
+    if spec is None:
+        raise NotWatchedError("pipelines", name)
+    return spec
+
+
+def collect_one(workspace: Workspace, kind: str, name: str) -> dict[str, Any]:
+    """The entry ``name`` of ``kind`` alone (read, checks applied); :class:`NotWatchedError` if
+    the workspace has none."""
     if kind == "pipelines":
-        spec = pipeline_specs(workspace).get(name)
-        chosen = Workspace(pipelines=[spec] if spec else [], checks=workspace.checks)
+        chosen = Workspace(pipelines=[pipeline_spec(workspace, name)], checks=workspace.checks)
     else:
         entries = [w for w in getattr(workspace, kind) if w.name == name]
         chosen = Workspace.model_validate({kind: entries, "checks": workspace.checks})
-    return find(collect(chosen), kind, name)
+    entry = find(collect(chosen), kind, name)
+    if entry is None:  # not watched (or a spec that stopped parsing since: it has no name now)
+        raise NotWatchedError(kind, name)
+    return entry
 
 
 def find(report: dict[str, Any], kind: str, name: str) -> dict[str, Any] | None:

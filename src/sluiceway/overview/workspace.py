@@ -15,13 +15,15 @@ relative to the directory ``sluice`` runs in, as everywhere else in sluiceway::
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Protocol, TypeVar
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from sluiceway.config import DataSourceString, Duration, StrictModel, TableName, load_file
 from sluiceway.election.lease import DEFAULT_LEASE_TABLE
+from sluiceway.errors import SluicewayError
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
@@ -30,6 +32,15 @@ SINGULAR = {"outboxes": "outbox", "journals": "journal", "pipelines": "pipeline"
 
 #: The election name a harvester uses unless its reaper.yaml names one (``harvest.name``).
 DEFAULT_ELECTION = "sluiceway"
+
+
+class NotWatchedError(SluicewayError):
+    """The workspace watches no outbox, journal, pipeline or feed by that name."""
+
+    def __init__(self, kind: str, name: str) -> None:
+        self.kind = kind
+        self.name = name
+        super().__init__(f"no {SINGULAR[kind]} named {name!r} in the workspace")
 
 
 def _name(value: str) -> str:
@@ -64,6 +75,21 @@ class FeedWatch(StrictModel):
     name: Name
     dsn: DataSourceString
     prefix: str = "feed_"
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+_W = TypeVar("_W", bound=_Named)
+
+
+def _named(entries: Sequence[_W], kind: str, name: str) -> _W:
+    found = next((e for e in entries if e.name == name), None)
+    if found is None:
+        raise NotWatchedError(kind, name)
+    return found
 
 
 class Checks(StrictModel):
@@ -120,6 +146,18 @@ class Workspace(StrictModel):
             if twice:
                 raise ValueError(f"{kind}: the name {twice[0]!r} is used twice")
         return self
+
+    def outbox(self, name: str) -> OutboxWatch:
+        """The watched outbox ``name``; :class:`NotWatchedError` if there is none."""
+        return _named(self.outboxes, "outboxes", name)
+
+    def journal(self, name: str) -> JournalWatch:
+        """The watched journal ``name``; :class:`NotWatchedError` if there is none."""
+        return _named(self.journals, "journals", name)
+
+    def feed(self, name: str) -> FeedWatch:
+        """The watched feed ``name``; :class:`NotWatchedError` if there is none."""
+        return _named(self.feeds, "feeds", name)
 
     @classmethod
     def from_file(cls, path: str | Path) -> Workspace:

@@ -5,6 +5,7 @@ Starlette, uvicorn, Jinja2). Server-rendered pages, no front-end build.
 >>> app = create_app(Console(Workspace.from_file("sluice.yaml")))
 """
 
-from sluiceway.ui.app import Console, create_app, launch_step
+from sluiceway.overview.actions import launch_step
+from sluiceway.ui.app import Console, create_app
 
 __all__ = ["Console", "create_app", "launch_step"]

@@ -89,3 +89,19 @@ def test_skip_and_step_a_sink(built: Built) -> None:
     bad = web.post("/pipeline/orders/sinks/nope/skip", data={"offset": "1"}, headers=auth)
     assert bad.status_code == 400 and "no sink named &#39;nope&#39;" in bad.text
     assert web.post("/pipeline/elsewhere/sinks/db/step", headers=auth).status_code == 400
+    unnamed = web.post("/pipeline/orders/sinks/nope/step", headers=auth)
+    assert unnamed.status_code == 400 and "no sink named &#39;nope&#39;" in unnamed.text
+    assert launched == [(str(built.spec), "db")], "no step is started for a sink the spec does not name"
+
+
+def test_a_name_the_workspace_does_not_watch_is_a_404_page(built: Built) -> None:
+    web = client(built)
+    for path, said in (
+        ("/outbox/shop2", "no outbox named &#39;shop2&#39; in the workspace"),
+        ("/journal/<b>bus", "no journal named &#39;&lt;b&gt;bus&#39; in the workspace"),
+        ("/pipeline/nope", "no pipeline named &#39;nope&#39; in the workspace"),
+        ("/feed/work2", "no feed named &#39;work2&#39; in the workspace"),
+    ):
+        missing = web.get(path)
+        assert missing.status_code == 404 and said in missing.text, path
+        assert "<b>" not in missing.text.split("<main", 1)[1], "the name is text, never markup"

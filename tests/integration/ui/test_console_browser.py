@@ -24,7 +24,7 @@ import pytest
 from sluiceway.journal import Journal
 from sluiceway.testing import free_port, wait_until
 from tests.support import ROOT
-from tests.support.browser import chromium
+from tests.support.browser import chromium, read_png
 from tests.support.overview import Built, build
 
 pytestmark = pytest.mark.timeout(180)
@@ -100,6 +100,16 @@ def page(browser: Any) -> Iterator[Any]:
         context.close()
 
 
+#: Rows of the overview's screenshot that are decoded (the badges checked are above this).
+HEADER = 900
+#: base.html's colours: the header bar, and the ``ok`` and ``stuck`` health badges.
+HEADER_COLOUR, OK_COLOUR, STUCK_COLOUR = (0x24, 0x29, 0x2F), (0x1A, 0x7F, 0x37), (0xB3, 0x59, 0x00)
+
+
+def near(pixel: tuple[int, int, int], colour: tuple[int, int, int]) -> bool:
+    return all(abs(a - b) <= 6 for a, b in zip(pixel, colour, strict=True))
+
+
 def cell(page: Any, selector: str) -> str:
     return str(page.locator(selector).first.inner_text()).strip()
 
@@ -124,8 +134,18 @@ def test_the_overview_shows_every_part_with_its_figures(served: Served, page: An
     fields = ("partitions", "available", "failed", "complete", "live_leases", "expired_leases")
     assert [cell(page, f"{work} [data-field={f}]") for f in fields] == ["3", "6", "1", "0", "1", "1"]
     assert "held by worker-gone" in cell(page, work)
-    page.screenshot(path=str(served.shots / "overview.png"), full_page=True)
-    assert (served.shots / "overview.png").stat().st_size > 10_000
+    # The screenshot (kept for a person to look at) shows that page: the whole of it, styled, with
+    # each entry's health badge in its colour where the page has it.
+    shot = read_png(page.screenshot(path=str(served.shots / "overview.png"), full_page=True), rows=HEADER)
+    size = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.scrollHeight]")
+    assert [shot.width, shot.height] == size and shot.width == 1400 and shot.height >= 1000
+    assert near(shot.pixel(5, 5), HEADER_COLOUR), "the header bar, styled"
+    for row, colour in ((shop, OK_COLOUR), (bus, OK_COLOUR), (orders, STUCK_COLOUR), (work, STUCK_COLOUR)):
+        box = page.locator(f"{row} [data-health]").bounding_box()
+        assert box is not None and box["y"] + box["height"] < shot.height
+        at = (int(box["x"]) + 3, int(box["y"] + box["height"] / 2))  # inside the badge, left of its word
+        assert at[1] < HEADER, "the badges are in the decoded top of the page"
+        assert near(shot.pixel(*at), colour), (row, shot.pixel(*at))
 
 
 def test_a_link_leads_to_each_kind_of_page(served: Served, page: Any) -> None:

@@ -1,15 +1,10 @@
-"""The workspace file and the checks that judge a status report: pure rules on hand-made figures."""
+"""The checks that judge a status report: pure rules on hand-made figures."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import pytest
-
-from sluiceway.config import validate
-from sluiceway.errors import ConfigError
-from sluiceway.overview import Checks, Workspace, evaluate, unhealthy
+from sluiceway.overview import Checks, evaluate, unhealthy
 
 
 def report(**kinds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -69,33 +64,3 @@ def test_a_failed_sink_is_always_stuck_and_an_unreadable_entry_unavailable() -> 
         "unavailable",
         ["cannot be read: no such table"],
     )
-
-
-def test_the_workspace_file_is_validated_at_the_edge() -> None:
-    ws = validate(
-        Workspace,
-        {"outboxes": [{"name": "shop", "dsn": "sqlite:///app.db"}], "checks": {"outbox_oldest_age": "90s"}},
-    )
-    (shop,) = ws.outboxes
-    assert (shop.table, shop.election, shop.lease_table) == ("outbox", "sluiceway", "sluiceway_leases")
-    assert ws.checks.outbox_oldest_age == 90.0 and ws.checks.pipeline_lag == 10_000
-    for bad, where in (
-        ({"outboxes": [{"name": "shop", "dsn": "oracle://x"}]}, "outboxes.0.dsn"),
-        ({"outboxes": [{"name": "a/b", "dsn": "sqlite:///a.db"}]}, "outboxes.0.name"),
-        ({"journals": [{"name": "j", "path": "x"}, {"name": "j", "path": "y"}]}, "used twice"),
-        ({"feeds": [{"name": "f", "dsn": "sqlite:///f.db", "extra": 1}]}, "feeds.0.extra"),
-        ({"checks": {"pipeline_lag": -1}}, "checks.pipeline_lag"),
-    ):
-        with pytest.raises(ConfigError, match=where.replace(".", r"\.")):
-            validate(Workspace, bad)
-
-
-def test_the_demo_names_what_it_made_in_a_workspace_file(tmp_path: Path) -> None:
-    from sluiceway.demo.run import write_workspace
-
-    path = write_workspace(
-        tmp_path, f"sqlite:///{tmp_path / 'shop.db'}", tmp_path / "journal", tmp_path / "p.yaml"
-    )
-    ws = Workspace.from_file(path)
-    assert [o.election for o in ws.outboxes] == ["demo"] and ws.pipelines == [str(tmp_path / "p.yaml")]
-    assert [j.path for j in ws.journals] == [str(tmp_path / "journal")] and ws.feeds[0].name == "fulfilment"
