@@ -27,7 +27,9 @@ from itertools import repeat
 from types import NoneType, TracebackType
 from typing import TYPE_CHECKING, Final, Protocol, Self
 
-from sluiceway.journal.encode import EncodedRecords, encode_records, frame_length
+import numpy as np
+
+from sluiceway.journal.encode import ColumnPiece, EncodedRecords, encode_pieces, encode_records, frame_length
 from sluiceway.journal.errors import AppendAborted, InvalidJournalRecord, JournalError
 from sluiceway.journal.format import BATCH_HEADER_SIZE, MAX_FRAME_BYTES, MAX_NAMESPACE_BYTES, encode_pairs
 from sluiceway.journal.record import EPOCH
@@ -185,6 +187,7 @@ class AppendTransaction:
     """
 
     __slots__ = (
+        "_arrow",
         "_clock",
         "_expectations",
         "_headers",
@@ -211,6 +214,10 @@ class AppendTransaction:
         self._headers: list[bytes] = []  # encoded pairs blocks, b"" for none
         self._timestamps: list[int] = []
         self._nulls = False  # some value is None
+        # Records written with write_arrow and nothing else so far, kept as column pieces and
+        # encoded straight from them (no Python object per record); a write() turns them into
+        # the per-record lists above first.
+        self._arrow: list[ColumnPiece] = []
         self._state = _OPEN
         self._offsets: range | None = None
 
@@ -233,6 +240,8 @@ class AppendTransaction:
         """
         if self._state:
             self._not_open()
+        if self._arrow:
+            self._unpack_arrow()
         # Exact-type fast paths with the odd cases handled off the main line: this runs once
         # per record and is most of an append's CPU time.
         if type(key) is not str:
@@ -271,6 +280,8 @@ class AppendTransaction:
         """
         if self._state:
             self._not_open()
+        if self._arrow:
+            self._unpack_arrow()
         try:
             nsb = _encode_namespace(namespace) if namespace else b""
         except UnicodeEncodeError as exc:
@@ -337,17 +348,31 @@ class AppendTransaction:
         """
         if self._state:
             self._not_open()
-        from sluiceway.journal.columns import arrow_columns
+        from sluiceway.journal.columns import arrow_piece
 
-        cols = arrow_columns(table)
         now = _time_ns() // 1000 if self._system_clock else self._clock()
-        self._keys.extend(cols.keys)
-        self._values.extend(cols.values)
-        self._namespaces.extend(cols.namespaces)
-        self._headers.extend(cols.headers)
-        self._timestamps.extend(now if ts is None else ts for ts in cols.timestamps)
-        self._nulls = self._nulls or cols.nulls
-        return len(cols.keys)
+        piece = arrow_piece(table, now)
+        if piece.n:
+            self._arrow.append(piece)
+            self._nulls = self._nulls or piece.nulls is not None
+        return piece.n
+
+    def _unpack_arrow(self) -> None:
+        """Turn the column pieces into per-record lists (a write() joins a write_arrow append)."""
+        for piece in self._arrow:
+            self._keys.extend(_split(piece.key_data, piece.key_lens))
+            values: list[bytes | None] = list(_split(piece.value_data, piece.value_lens))
+            if piece.nulls is not None:
+                values = [None if null else v for v, null in zip(values, piece.nulls.tolist(), strict=True)]
+            self._values.extend(values)
+            if piece.namespace is not None:
+                self._namespaces.extend(repeat(piece.namespace, piece.n))
+            else:
+                assert piece.namespace_lens is not None
+                self._namespaces.extend(_split(piece.namespace_data, piece.namespace_lens))
+            self._headers.extend(_split(piece.header_data, piece.header_lens))
+            self._timestamps.extend(piece.timestamps.tolist())
+        self._arrow = []
 
     def _not_open(self) -> None:
         if self._state == _ABORTED:
@@ -357,7 +382,9 @@ class AppendTransaction:
     @property
     def count(self) -> int:
         """Records written so far (committed, once the append has committed)."""
-        return len(self._offsets) if self._offsets is not None else len(self._keys)
+        if self._offsets is not None:
+            return len(self._offsets)
+        return len(self._keys) + sum(piece.n for piece in self._arrow)
 
     def abort(self) -> None:
         """Discard the append. Leaving the ``with`` block afterwards commits nothing."""
@@ -367,18 +394,26 @@ class AppendTransaction:
 
     def _clear(self) -> None:
         self._keys, self._values, self._namespaces, self._headers, self._timestamps = [], [], [], [], []
+        self._arrow = []
 
     def _encode(self) -> EncodedRecords:
         """The append's records block, as it will be written (``InvalidJournalRecord`` if too large)."""
+        if self._arrow and (self._keys or sum(piece.n for piece in self._arrow) <= _BULK_MIN):
+            # Records written one by one came before some of the pieces (they stay in order as
+            # lists), or only a few records: the list encoders are quicker.
+            self._unpack_arrow()
         try:
-            records = encode_records(
-                self._keys,
-                self._values,
-                self._namespaces,
-                self._headers,
-                self._timestamps,
-                has_null=self._nulls,
-            )
+            if self._arrow:
+                records = encode_pieces(self._arrow)
+            else:
+                records = encode_records(
+                    self._keys,
+                    self._values,
+                    self._namespaces,
+                    self._headers,
+                    self._timestamps,
+                    has_null=self._nulls,
+                )
         except ValueError as exc:
             raise InvalidJournalRecord("append", str(exc)) from None
         sets = self._expectations.set_registers
@@ -423,3 +458,10 @@ class AppendTransaction:
             self.abort()
         elif self._state == _OPEN:
             self.commit()
+
+
+def _split(data: bytes, lens: np.ndarray) -> list[bytes]:
+    """``data`` cut into pieces of the given lengths."""
+    ends = np.cumsum(lens).tolist()
+    starts = [0, *ends[:-1]]
+    return [data[lo:hi] for lo, hi in zip(starts, ends, strict=True)]

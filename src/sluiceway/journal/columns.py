@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sluiceway.journal.encode import ColumnPiece
 from sluiceway.journal.errors import InvalidJournalRecord
 from sluiceway.journal.format import MAX_NAMESPACE_BYTES
 
@@ -70,6 +71,60 @@ def arrow_columns(table: pa.Table | pa.RecordBatch) -> Columns:
     )
 
 
+def arrow_piece(table: pa.Table | pa.RecordBatch, now: int) -> ColumnPiece:
+    """The records of ``table`` as one column piece for :func:`~sluiceway.journal.encode.encode_pieces`
+    (``now``: the timestamp of records without one). Checks as :func:`arrow_columns` does."""
+    names = set(table.schema.names)
+    for required in ("key", "value"):
+        if required not in names:
+            raise InvalidJournalRecord(required, f"the table has no {required!r} column")
+    n = table.num_rows
+    key = _column(table, "key")
+    if key.null_count:
+        raise InvalidJournalRecord("key", "must not be null")
+    key_lens, key_data = _lengths_and_bytes(_as_binary(key, "key"))
+    value = _as_binary(_column(table, "value"), "value")
+    nulls = None
+    if value.null_count:
+        nulls = ~np.asarray(value.is_valid(), dtype=bool)
+        value = value.fill_null(b"")
+    value_lens, value_data = _lengths_and_bytes(value)
+    namespace: bytes | None = b""
+    ns_lens, ns_data = None, b""
+    if "namespace" in names:
+        ns = pc.fill_null(_as_binary(_column(table, "namespace"), "namespace"), b"")
+        if n and pc.max(pc.binary_length(ns)).as_py() > MAX_NAMESPACE_BYTES:
+            raise InvalidJournalRecord("namespace", f"longer than {MAX_NAMESPACE_BYTES} bytes")
+        if n and pc.count_distinct(ns).as_py() == 1:
+            namespace = ns[0].as_py()
+        elif n:
+            namespace = None
+            ns_lens, ns_data = _lengths_and_bytes(ns)
+    if "headers" in names:
+        header_lens, header_data = _header_blocks(_column(table, "headers"))
+    else:
+        header_lens, header_data = np.zeros(n, dtype=np.int64), b""
+    if "timestamp" in names:
+        stamps = _timestamp_array(_column(table, "timestamp"))
+        timestamps = stamps.fill_null(now).to_numpy(zero_copy_only=False).astype(np.int64)
+    else:
+        timestamps = np.full(n, now, dtype=np.int64)
+    return ColumnPiece(
+        n, key_lens, key_data, value_lens, value_data, nulls, namespace, ns_lens, ns_data,
+        header_lens, header_data, timestamps,
+    )  # fmt: skip
+
+
+def _lengths_and_bytes(col: pa.Array) -> tuple[np.ndarray, bytes]:
+    """A binary column's lengths (int64) and its bytes back to back."""
+    wide = pa.types.is_large_binary(col.type)
+    bounds = np.frombuffer(col.buffers()[1], dtype=np.int64 if wide else np.int32)
+    bounds = bounds[col.offset : col.offset + len(col) + 1].astype(np.int64)
+    data = col.buffers()[2]
+    raw = b"" if data is None else data.to_pybytes()[int(bounds[0]) : int(bounds[-1])]
+    return np.diff(bounds), raw
+
+
 def _column(table: pa.Table | pa.RecordBatch, name: str) -> pa.Array:
     col: Any = table.column(name)
     return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
@@ -85,7 +140,22 @@ def _as_binary(col: pa.Array, field: str) -> pa.Array:
 
 
 def _headers(col: pa.Array) -> list[bytes]:
-    """Each row's header list as an encoded pairs block (``format.encode_pairs``), column-wise.
+    """Each row's header list as an encoded pairs block (``format.encode_pairs``)."""
+    blocks = _header_array(col)
+    out: list[bytes] = [b""] * len(col) if blocks is None else blocks.to_pylist()
+    return out
+
+
+def _header_blocks(col: pa.Array) -> tuple[np.ndarray, bytes]:
+    """The encoded header blocks' lengths and bytes, back to back."""
+    blocks = _header_array(col)
+    if blocks is None:
+        return np.zeros(len(col), dtype=np.int64), b""
+    return _lengths_and_bytes(blocks)
+
+
+def _header_array(col: pa.Array) -> pa.Array | None:
+    """Each row's header list as an encoded pairs block, column-wise (``None``: no row has any).
 
     The block is ``u32 count``, then ``(u32 key length, u32 value length)`` per pair, then each
     pair's key and value bytes. Every piece is placed with one numpy scatter over all rows, so
@@ -100,14 +170,13 @@ def _headers(col: pa.Array) -> list[bytes]:
     names = {struct.field(i).name for i in range(struct.num_fields)}
     if not {"key", "value"} <= names:
         raise InvalidJournalRecord("headers", f"must be a list of struct<key, value>, got {kind}")
-    n = len(col)
     offsets = np.asarray(col.offsets, dtype=np.int64)
     counts = np.diff(offsets)
     if col.null_count:
         counts[~np.asarray(col.is_valid(), dtype=bool)] = 0
     total = int(counts.sum())
     if total == 0:
-        return [b""] * n
+        return None
     # The pairs of every row, in row order (a null row has none).
     starts = np.cumsum(counts) - counts
     pair = pa.array(np.repeat(offsets[:-1] - starts, counts) + np.arange(total, dtype=np.int64))
@@ -125,9 +194,7 @@ def _headers(col: pa.Array) -> list[bytes]:
     text_part = pc.binary_join(
         pa.LargeListArray.from_arrays(bounds, per_pair), pa.scalar(b"", pa.large_binary())
     )
-    blocks = pc.binary_join_element_wise(count_part, lens_part, text_part, pa.scalar(b"", pa.large_binary()))
-    out: list[bytes] = blocks.to_pylist()
-    return out
+    return pc.binary_join_element_wise(count_part, lens_part, text_part, pa.scalar(b"", pa.large_binary()))
 
 
 def _pair_text(texts: pa.Array, what: str) -> pa.Array:
@@ -148,6 +215,12 @@ def _fixed(data: np.ndarray, sizes: np.ndarray) -> pa.Array:
 
 
 def _timestamps(col: pa.Array) -> list[int | None]:
+    out: list[int | None] = _timestamp_array(col).to_pylist()
+    return out
+
+
+def _timestamp_array(col: pa.Array) -> pa.Array:
+    """Microseconds since the epoch, int64 (null where the record has none)."""
     kind = col.type
     if pa.types.is_timestamp(kind):
         if kind.tz is None:
@@ -155,5 +228,4 @@ def _timestamps(col: pa.Array) -> list[int | None]:
         col = col.cast(pa.timestamp("us", kind.tz), safe=False).cast(pa.int64())
     elif not pa.types.is_integer(kind):
         raise InvalidJournalRecord("timestamp", f"must be a timestamp or int64 µs column, got {kind}")
-    out: list[int | None] = col.cast(pa.int64()).to_pylist()
-    return out
+    return col.cast(pa.int64())

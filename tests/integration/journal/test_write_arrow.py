@@ -146,3 +146,31 @@ def test_a_bad_table_is_refused_whole_and_named(
         assert err.value.field == field
         assert tx.count == 1  # nothing of the refused table was added
     assert [g[1] for g in fields(journal)] == ["kept"]
+
+
+def test_big_arrow_appends_mixed_with_write_store_the_same_records(journal: Journal, tmp_path: Path) -> None:
+    """Appends of more than a few records are encoded straight from the columns; a write() in the
+    same append turns them back into records first. Either way the journal holds the same."""
+    many = ROWS * 20  # 100 records: the column path
+    with journal.append() as tx:
+        tx.write_arrow(table(many))
+        tx.write("solo", b"s", namespace="orders", timestamp=T0)
+        tx.write_arrow(table(many))
+    with journal.append() as tx:
+        tx.write_arrow(table(many))
+        assert tx.count == len(many)
+    with Journal.open(str(tmp_path / "by-record")) as reference:
+        for batch in ([*many, {"namespace": "orders", "key": "solo", "value": b"s", "headers": [],
+                               "timestamp": T0}, *many], many):  # fmt: skip
+            with reference.append() as tx:
+                for r in batch:
+                    headers = [(h["key"], h["value"] or "") for h in r["headers"] or []]
+                    tx.write(
+                        r["key"],
+                        r["value"],
+                        headers=headers or None,
+                        namespace=r["namespace"] or "",
+                        timestamp=r["timestamp"],
+                    )
+        assert fields(journal) == fields(reference)
+    assert len(fields(journal)) == 3 * len(many) + 1

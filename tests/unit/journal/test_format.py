@@ -207,8 +207,9 @@ def test_small_and_bulk_encoders_agree(records: list[Rec], data: st.DataObject) 
         [fmt.encode_pairs(h) for _n, _k, _v, h, _t in records],
         [t for _n, _k, _v, _h, t in records],
     )
-    small = b"".join(encode._block(columns[0], encode._columns_small(*columns, offsets)))
-    bulk = b"".join(encode._block(columns[0], encode._columns_bulk(*columns, offsets, True)))
+    keys = b"".join(columns[0])
+    small = b"".join(encode._block(len(records), keys, encode._columns_small(*columns, offsets)))
+    bulk = b"".join(encode._block(len(records), keys, encode._columns_bulk(*columns, offsets, True)))
     assert small == bulk and len(small) % 8 == 0
     if len(records) == 1 and offsets is None:
         assert encode._encode_one(*(column[0] for column in columns)).parts == [small]  # type: ignore[arg-type]
@@ -385,3 +386,36 @@ def test_consumer_entries_stop_at_a_torn_tail() -> None:
     flipped = bytearray(log)
     flipped[-1] ^= 1
     assert fmt.decode_consumer_entries(bytes(flipped), 0)[0] == [("a", 5)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=st.lists(record_st, min_size=17, max_size=60), data=st.data())
+def test_the_arrow_encoder_makes_the_bytes_the_list_encoder_makes(
+    records: list[Rec], data: st.DataObject
+) -> None:
+    """``write_arrow``'s column pieces (one or several tables in one append) encode to exactly
+    the records block ``encode_records`` makes of the same records."""
+    import pyarrow as pa
+
+    from sluiceway.journal.columns import arrow_piece
+    from sluiceway.journal.record import ARROW_SCHEMA
+
+    rows = [
+        {"offset": 0, "namespace": n, "op": "insert", "key": k, "value": v,
+         "headers": [{"key": hk, "value": hv} for hk, hv in h], "timestamp": t}
+        for n, k, v, h, t in records
+    ]  # fmt: skip
+    table = pa.Table.from_pylist(rows, schema=ARROW_SCHEMA.set(6, pa.field("timestamp", pa.int64())))
+    cut = data.draw(st.integers(0, len(records)))
+    pieces = [arrow_piece(part, 0) for part in (table.slice(0, cut), table.slice(cut)) if part.num_rows]
+    columns = (
+        [k.encode() for _n, k, _v, _h, _t in records],
+        [v for _n, _k, v, _h, _t in records],
+        [n.encode() for n, _k, _v, _h, _t in records],
+        [fmt.encode_pairs(h) for _n, _k, _v, h, _t in records],
+        [t for _n, _k, _v, _h, t in records],
+    )
+    expected = encode.encode_records(*columns)
+    got = encode.encode_pieces(pieces)
+    assert b"".join(got.parts) == b"".join(expected.parts)
+    assert (got.count, got.size, got.crc) == (expected.count, expected.size, expected.crc)
