@@ -10,26 +10,16 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from sluiceway.pipeline.offsets import parse_max_records
+from sluiceway.pipeline.record import RECORD_SCHEMA
 
 from pyspark.sql.datasource import DataSource  # isort: skip
 
 
 def spark_record_schema() -> Any:
-    """The record shape as a Spark ``StructType`` (built without a JVM)."""
-    from pyspark.sql import types as T
+    """The record shape as a Spark ``StructType``, derived from :data:`RECORD_SCHEMA` (no JVM)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
 
-    header = T.StructType([T.StructField("key", T.StringType()), T.StructField("value", T.StringType())])
-    return T.StructType(
-        [
-            T.StructField("offset", T.LongType()),
-            T.StructField("namespace", T.StringType()),
-            T.StructField("op", T.StringType()),
-            T.StructField("key", T.StringType()),
-            T.StructField("value", T.BinaryType()),
-            T.StructField("headers", T.ArrayType(header)),
-            T.StructField("timestamp", T.TimestampType()),
-        ]
-    )
+    return from_arrow_schema(RECORD_SCHEMA)
 
 
 def option(options: Mapping[str, Any], name: str, default: str | None = None) -> str | None:
