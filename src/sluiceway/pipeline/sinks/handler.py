@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -30,7 +30,6 @@ from sluiceway.pipeline.errors import PipelineError, SinkFailed, StepPaused
 from sluiceway.pipeline.failures import RetryPolicy
 from sluiceway.pipeline.sinks.base import SinkWriter, make_writer
 from sluiceway.pipeline.sinks.distributed import (
-    FILE_SINKS,
     RESULT_DDL,
     TaskPlan,
     commit_files,
@@ -40,7 +39,11 @@ from sluiceway.pipeline.sinks.distributed import (
     write_parquet,
 )
 from sluiceway.pipeline.sinks.part import PartResult, write_part
+from sluiceway.pipeline.spec import FilesSinkSpec
 from sluiceway.pipeline.state import SinkState, StateStore
+
+if TYPE_CHECKING:
+    from sluiceway.pipeline.spec import SinkSpec
 
 log = logging.getLogger("sluiceway.pipeline.sink")
 
@@ -60,7 +63,7 @@ class Stopping(PipelineError):
         super().__init__(f"{self.MARKER}: sink {sink!r} stopped before its next batch")
 
 
-def policy_of(spec: Any) -> RetryPolicy:
+def policy_of(spec: SinkSpec) -> RetryPolicy:
     r = spec.retry
     return RetryPolicy(r.attempts, r.backoff, r.max_backoff, r.record_attempts, r.outage)
 
@@ -69,7 +72,7 @@ class BatchHandler:
     """``foreachBatch`` callable for one sink of one pipeline."""
 
     def __init__(
-        self, pipeline: str, sink: Any, checkpoint_dir: str, *, stopping: threading.Event | None = None
+        self, pipeline: str, sink: SinkSpec, checkpoint_dir: str, *, stopping: threading.Event | None = None
     ) -> None:
         self.pipeline = pipeline
         self.sink = sink
@@ -124,15 +127,15 @@ class BatchHandler:
 
     def write_batch(self, df: Any, batch_id: int, state: SinkState) -> list[PartResult]:
         """Write the batch from the executors (see the module docstring); record how it went."""
-        plan = self._plan(batch_id, state)
-        if self.sink.type == "parquet" and self.sink.dead_letter is None and state.step is None:
-            results = write_parquet(df, plan, self.sink.path)
+        plan, sink = self._plan(batch_id, state), self.sink
+        if sink.type == "parquet" and sink.dead_letter is None and state.step is None:
+            results = write_parquet(df, plan, sink.path)
         else:
-            parallelism = self.sink.parallelism or default_parallelism(df, self.sink.type)
-            rows = prepare(df, self.sink.type, parallelism).mapInArrow(plan, RESULT_DDL).collect()
+            parallelism = sink.parallelism or default_parallelism(df, sink.type)
+            rows = prepare(df, sink.type, parallelism).mapInArrow(plan, RESULT_DDL).collect()
             results = results_of(rows)
-            if self.sink.type in FILE_SINKS:
-                commit_files(self.sink.path, results)
+            if isinstance(sink, FilesSinkSpec):  # the kinds FILE_SINKS names
+                commit_files(sink.path, results)
         return self._record(batch_id, results)
 
     def write_here(self, table: pa.Table, batch_id: int, *, sleep: Any = None) -> BatchSummary:
