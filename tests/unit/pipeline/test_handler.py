@@ -147,3 +147,14 @@ def test_one_runs_stop_does_not_stop_another(tmp_path: Path) -> None:
         stopped[0](object(), 0)
     assert running[0].stopping is not None and not running[0].stopping.is_set()
     assert "stopping" not in {k for k, v in running[0].__getstate__().items() if v is not None}
+
+
+def test_sink_states_read_as_their_words() -> None:
+    """The states are enums, but JSON and text output show the same words as before."""
+    import json
+
+    from sluiceway.pipeline.state import RunState, SinkHealth
+
+    dumped = json.dumps({"a": RunState.FAILED, "b": SinkHealth.IN_FLIGHT})
+    assert dumped == '{"a": "failed", "b": "in-flight"}'
+    assert f"{RunState.PAUSED}" == "paused" and RunState.FINISHED == "finished"

@@ -149,4 +149,4 @@ def test_every_sink_kind_has_one_writer_builder() -> None:
     union = get_args(get_args(SinkSpec)[0])
     kinds = [kind for model in union for kind in get_args(model.model_fields["type"].annotation)]
     assert sorted(kinds) == sorted(WRITERS)
-    assert FILE_SINKS == {"parquet", "json", "csv"}
+    assert {"parquet", "json", "csv"} == FILE_SINKS
