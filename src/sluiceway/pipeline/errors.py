@@ -56,6 +56,22 @@ class SourceError(PipelineError):
     """A source could not be read (missing journal, unreachable broker or database)."""
 
 
+class SourceOptionError(PipelineError):
+    """A data source's option is missing or invalid; ``option`` names it (``maxRecordsPerBatch``).
+
+    >>> str(SourceOptionError("path", "sluice-journal: option 'path' is required"))
+    "sluice-journal: option 'path' is required"
+    """
+
+    def __init__(self, option: str, message: str) -> None:
+        self.option = option
+        super().__init__(message)
+
+    def __reduce__(self) -> Any:
+        # Raised on Spark's Python workers too: it must unpickle with its two arguments.
+        return type(self), (self.option, str(self))
+
+
 class NoSuchOffset(PipelineError):
     """An operator named an offset the source does not hold (``skip`` past its end)."""
 

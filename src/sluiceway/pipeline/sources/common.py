@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from sluiceway.pipeline.errors import SourceOptionError
 from sluiceway.pipeline.offsets import parse_max_records
 from sluiceway.pipeline.record import RECORD_SCHEMA
 
@@ -36,7 +37,7 @@ def option(options: Mapping[str, Any], name: str, default: str | None = None) ->
 def required(options: Mapping[str, Any], name: str, source: str) -> str:
     value = option(options, name)
     if value is None or value == "":
-        raise ValueError(f"{source}: option {name!r} is required")
+        raise SourceOptionError(name, f"{source}: option {name!r} is required")
     return value
 
 
@@ -47,9 +48,9 @@ def int_option(options: Mapping[str, Any], name: str, default: int, *, minimum: 
     try:
         value = int(raw)
     except ValueError:
-        raise ValueError(f"option {name!r} must be an integer, got {raw!r}") from None
+        raise SourceOptionError(name, f"option {name!r} must be an integer, got {raw!r}") from None
     if value < minimum:
-        raise ValueError(f"option {name!r} must be >= {minimum}, got {raw!r}")
+        raise SourceOptionError(name, f"option {name!r} must be >= {minimum}, got {raw!r}")
     return value
 
 
@@ -60,7 +61,7 @@ def float_option(options: Mapping[str, Any], name: str, default: float) -> float
     try:
         return float(raw)
     except ValueError:
-        raise ValueError(f"option {name!r} must be a number, got {raw!r}") from None
+        raise SourceOptionError(name, f"option {name!r} must be a number, got {raw!r}") from None
 
 
 def max_records(options: Mapping[str, Any]) -> int:
