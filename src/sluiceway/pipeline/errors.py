@@ -72,6 +72,11 @@ class SourceOptionError(PipelineError):
         return type(self), (self.option, str(self))
 
 
+class RecordRefused(PipelineError):
+    """A sink cannot write this record as it is (a truncate reaching a table that cannot tell
+    namespaces apart): the record is blamed, as for a database's refusal of it."""
+
+
 class NoSuchOffset(PipelineError):
     """An operator named an offset the source does not hold (``skip`` past its end)."""
 
