@@ -128,8 +128,9 @@ def test_every_part_with_sql_is_found() -> None:
     assert "sluiceway.outbox" in _sql_packages()
 
 
-#: Parts that exist for one dialect only: change data capture reads PostgreSQL's logical decoding.
-POSTGRES_ONLY = {"sluiceway.cdc"}
+#: Parts that exist for one dialect only: change data capture reads PostgreSQL's logical decoding;
+#: the postgres sink writes to PostgreSQL.
+POSTGRES_ONLY = {"sluiceway.cdc", "sluiceway.pipeline.sinks"}
 
 
 @pytest.mark.parametrize("package", sorted(set(_sql_packages()) - POSTGRES_ONLY))

@@ -173,11 +173,7 @@ class Capture:
         opts = self.options
         socket = None
         if opts.unix_socket:
-            row = self.session.db.fetchall(
-                "SELECT current_setting('unix_socket_directories'), current_setting('port')::int",
-                None,
-                what="cdc: socket",
-            )[0]
+            row = self.session.rows("local_socket")[0]
             socket = local_socket_dsn(opts.dsn, str(row[0]), int(row[1]))
         return StreamOptions(opts.dsn, opts.slot, opts.publication, unix_socket=socket)
 

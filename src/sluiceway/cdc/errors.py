@@ -20,3 +20,8 @@ class LostChangesError(CdcError):
 class StreamInterrupted(CdcError):
     """The replication connection was lost (the server restarted, a network cut): transient — the
     capture reconnects and resumes from what its target holds."""
+
+
+class DecodeError(CdcError):
+    """A replication message did not have the layout of pgoutput protocol version 1 (a server
+    speaking another version, or a corrupt message): permanent, never retried."""

@@ -16,6 +16,8 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
+from sluiceway.cdc.errors import DecodeError
+
 #: Marks a TOASTed column an UPDATE left unchanged (its value is not in the message).
 UNCHANGED: Final = object()
 
@@ -42,10 +44,6 @@ def parse_lsn(text: str) -> int:
 def format_lsn(value: int) -> str:
     """64-bit integer → ``'16/B374D848'`` (PostgreSQL's own notation)."""
     return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"
-
-
-class DecodeError(ValueError):
-    """A message did not have the layout of pgoutput protocol version 1."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +225,6 @@ def decode(data: bytes) -> Decoded:
             return Truncate(tuple(relids), bool(options & 1), bool(options & 2))
         if kind in (0x4F, 0x59):  # 'O' origin, 'Y' type
             return Other(chr(kind))
-    except (struct.error, IndexError, ValueError) as exc:
+    except (struct.error, IndexError, ValueError, DecodeError) as exc:  # a tuple's own DecodeError too
         raise DecodeError(f"malformed {chr(kind)!r} message: {exc}") from None
     raise DecodeError(f"unknown pgoutput message {chr(kind)!r}")

@@ -154,11 +154,11 @@ class CdcSession:
         return found[0] if found else None
 
     @contextlib.contextmanager
-    def transaction(self, characteristics: str = "") -> Iterator[None]:
-        """One transaction; ``characteristics`` as ``SET TRANSACTION`` takes them (isolation…)."""
+    def transaction(self, settings: str | None = None) -> Iterator[None]:
+        """One transaction; ``settings`` names a ``SET TRANSACTION`` block run first (isolation…)."""
         with self.db.transaction():
-            if characteristics:
-                self.db.execute(f"SET TRANSACTION {characteristics}", what="cdc: begin")
+            if settings is not None:
+                self.db.execute(self.q[settings], what=f"cdc: {settings}")
             yield
 
     # -- checks ----------------------------------------------------------------------------------
@@ -351,7 +351,7 @@ class CdcSession:
             texts = [f"x.{quote(k)}::text" for k in table.key]
             query = f"(SELECT {select} FROM {table.sql_name} {where} ORDER BY {keys} LIMIT {literal(size)}) x"
         exprs = [*texts, "row_to_json(x.*)::text"]
-        with self.transaction("ISOLATION LEVEL REPEATABLE READ READ ONLY"):
+        with self.transaction("chunk_transaction"):
             row = self.one("snapshot")
             assert row is not None
             columns = self._chunk_columns(query, exprs, len(texts), f"cdc: copy {table.namespace}")
@@ -413,12 +413,7 @@ class CdcSession:
         literal: Callable[[object], str],
     ) -> tuple[str, list[str], bool]:
         """A table without a key is copied by ranges of heap pages (TID range scans)."""
-        pages, tuples = self._rows(
-            "SELECT greatest(pg_relation_size(%s::oid) / current_setting('block_size')::int, 1), "
-            "greatest(reltuples, 0) FROM pg_class WHERE oid = %s::oid",
-            [table.oid, table.oid],
-            "cdc: table size",
-        )[0]
+        pages, tuples = self.rows("table_size", {"oid": table.oid})[0]
         first = int(after[0]) if after else 0  # a page number we wrote ourselves
         # Rows per page from the planner's statistics; a table never analysed gets a guess.
         per_page = float(tuples) / max(1, int(pages)) if float(tuples) > 0 else 64.0

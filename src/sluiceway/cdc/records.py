@@ -20,6 +20,10 @@ from sluiceway.cdc.model import Chunk, Stretch
 from sluiceway.cdc.pgoutput import format_lsn
 from sluiceway.cdc.watermark import Mark
 from sluiceway.errors import InvariantViolation
+
+# The batches built here are appended to the capture's journal (Journal.write_arrow), so the
+# journal's append schema is the one to build them in: the right dependency, not a detour to the
+# pipeline's (which is the same schema, defined by the journal).
 from sluiceway.journal.record import ARROW_SCHEMA
 
 _HEADERS = ARROW_SCHEMA.field("headers").type

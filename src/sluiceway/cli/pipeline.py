@@ -97,6 +97,7 @@ def run(
     from sluiceway.pipeline.preflight import check_sinks
     from sluiceway.pipeline.runner import first_line
     from sluiceway.pipeline.sources.adapters import adapter
+    from sluiceway.pipeline.state import RunState
 
     parsed = _spec(spec)
     # Before Spark starts: a wrong path, DSN or server is one line at once (Pipeline.start checks again).
@@ -121,9 +122,9 @@ def run(
     finally:
         if endpoint is not None:
             endpoint.close()
-    failed = [r for r in runs.values() if r.state == "failed"]
+    failed = [r for r in runs.values() if r.state is RunState.FAILED]
     for r in runs.values():
-        if r.state == "failed":
+        if r.state is RunState.FAILED:
             at = f" at offset {r.offset}" if r.offset is not None else ""
             cause = first_line(r.error)  # shown as written: the consoles read no markup
             err_console.print(

@@ -37,8 +37,9 @@ from sluiceway.journal.record import EPOCH
 if TYPE_CHECKING:
     import pyarrow as pa
 
-Clock = Callable[[], int]
-"""Returns the current time in microseconds since the Unix epoch."""
+MicrosClock = Callable[[], int]
+"""Returns the current time in microseconds since the Unix epoch (record timestamps). Not
+:class:`sluiceway.clock.Clock`, the monotonic clock of the state machines."""
 
 
 _time_ns = time.time_ns
@@ -97,14 +98,14 @@ class Committer(Protocol):
     """What an append needs from the journal's writer: its clock, and a durable commit."""
 
     @property
-    def clock(self) -> Clock: ...
+    def clock(self) -> MicrosClock: ...
 
     def commit(self, records: EncodedRecords, expectations: Expectations) -> range:
         """Commit the encoded records and return their offsets, once durable."""
         ...
 
 
-def to_timestamp_us(timestamp: datetime | int | None, clock: Clock) -> int:
+def to_timestamp_us(timestamp: datetime | int | None, clock: MicrosClock) -> int:
     if timestamp is None:
         return clock()
     if isinstance(timestamp, datetime):

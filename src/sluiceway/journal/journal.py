@@ -33,7 +33,13 @@ from typing import Final, NoReturn, Self
 import pyarrow as pa
 
 from sluiceway.journal import head as head_file
-from sluiceway.journal.append import NO_EXPECTATIONS, AppendTransaction, Clock, Expectations, system_clock
+from sluiceway.journal.append import (
+    NO_EXPECTATIONS,
+    AppendTransaction,
+    Expectations,
+    MicrosClock,
+    system_clock,
+)
 from sluiceway.journal.compaction import CompactionResult
 from sluiceway.journal.consumers import OffsetLog
 from sluiceway.journal.errors import JournalClosedError, JournalReadOnlyError
@@ -79,7 +85,7 @@ class Journal:
         segment_bytes: int,
         retention_bytes: int | None,
         retention_age_us: int | None,
-        clock: Clock,
+        clock: MicrosClock,
         use_inotify: bool,
     ) -> None:
         self.path = path
@@ -113,7 +119,7 @@ class Journal:
         retention_bytes: int | None = None,
         retention_age: timedelta | float | None = None,
         read_only: bool = False,
-        clock: Clock | None = None,
+        clock: MicrosClock | None = None,
         use_inotify: bool = True,
     ) -> Journal:
         """Open (a writer creates it if needed) the journal in directory ``path``.

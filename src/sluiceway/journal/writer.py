@@ -46,7 +46,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Final
 
-from sluiceway.journal.append import Clock, Expectations
+from sluiceway.journal.append import Expectations, MicrosClock
 from sluiceway.journal.consumers import create_offset_log
 from sluiceway.journal.encode import EncodedRecords, encode_batch_header
 from sluiceway.journal.errors import (
@@ -130,7 +130,7 @@ class Writer:
     """
 
     def __init__(
-        self, path: str, *, fsync: bool, segment_bytes: int, clock: Clock, index: SparseIndex
+        self, path: str, *, fsync: bool, segment_bytes: int, clock: MicrosClock, index: SparseIndex
     ) -> None:
         self.path = path
         self.fsync = fsync

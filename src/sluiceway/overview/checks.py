@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from sluiceway.overview.workspace import SINGULAR, Checks
+from sluiceway.pipeline.state import SinkHealth
 
 
 def _seconds(value: float) -> str:
@@ -54,7 +55,7 @@ def pipeline_problems(entry: dict[str, Any], checks: Checks) -> list[str]:
             "is the pipeline's capture running?"
         )
     for sink in entry.get("sinks") or []:
-        if sink["state"] == "failed":
+        if sink["state"] == SinkHealth.FAILED:
             error = sink.get("error") or {}
             at = f" at offset {error['offset']}" if error.get("offset") is not None else ""
             message = str(error.get("message", "")).splitlines()[0] if error.get("message") else ""

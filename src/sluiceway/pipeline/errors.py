@@ -56,6 +56,27 @@ class SourceError(PipelineError):
     """A source could not be read (missing journal, unreachable broker or database)."""
 
 
+class SourceOptionError(PipelineError):
+    """A data source's option is missing or invalid; ``option`` names it (``maxRecordsPerBatch``).
+
+    >>> str(SourceOptionError("path", "sluice-journal: option 'path' is required"))
+    "sluice-journal: option 'path' is required"
+    """
+
+    def __init__(self, option: str, message: str) -> None:
+        self.option = option
+        super().__init__(message)
+
+    def __reduce__(self) -> Any:
+        # Raised on Spark's Python workers too: it must unpickle with its two arguments.
+        return type(self), (self.option, str(self))
+
+
+class RecordRefused(PipelineError):
+    """A sink cannot write this record as it is (a truncate reaching a table that cannot tell
+    namespaces apart): the record is blamed, as for a database's refusal of it."""
+
+
 class NoSuchOffset(PipelineError):
     """An operator named an offset the source does not hold (``skip`` past its end)."""
 

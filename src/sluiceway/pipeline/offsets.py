@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sluiceway.pipeline.errors import SourceOptionError
+
 #: Default ``maxRecordsPerBatch`` of every sluiceway source.
 DEFAULT_MAX_RECORDS = 100_000
 
@@ -16,12 +18,13 @@ DEFAULT_MAX_RECORDS = 100_000
 def parse_max_records(value: str | None, default: int = DEFAULT_MAX_RECORDS) -> int:
     if value is None or value == "":
         return default
+    problem = f"maxRecordsPerBatch must be a positive integer, got {value!r}"
     try:
         n = int(value)
     except ValueError:
-        raise ValueError(f"maxRecordsPerBatch must be a positive integer, got {value!r}") from None
+        raise SourceOptionError("maxRecordsPerBatch", problem) from None
     if n < 1:
-        raise ValueError(f"maxRecordsPerBatch must be a positive integer, got {value!r}")
+        raise SourceOptionError("maxRecordsPerBatch", problem)
     return n
 
 

@@ -19,7 +19,7 @@ from sluiceway.pipeline.errors import NoSuchOffset
 from sluiceway.pipeline.record import RECORD_SCHEMA
 from sluiceway.pipeline.sources.adapters import adapter
 from sluiceway.pipeline.spec import PipelineSpec
-from sluiceway.pipeline.state import StateStore
+from sluiceway.pipeline.state import SinkHealth, StateStore
 
 __all__ = ["Checkpoint", "SinkStatus", "inspect", "read_checkpoint", "skip", "source_status", "status"]
 
@@ -27,7 +27,7 @@ __all__ = ["Checkpoint", "SinkStatus", "inspect", "read_checkpoint", "skip", "so
 @dataclass
 class SinkStatus:
     sink: str
-    state: str
+    state: SinkHealth
     committed_batch: int | None
     position: Any
     lag: int | None
@@ -54,13 +54,13 @@ def status(spec: PipelineSpec) -> list[SinkStatus]:
             position, lag = cp.committed, None
             st.error = st.error or {"message": f"source unavailable: {exc}", "offset": None}
         if st.error:
-            state = "failed"
+            state = SinkHealth.FAILED
         elif cp.committed_batch is None and cp.planned_batch is None:
-            state = "new"
+            state = SinkHealth.NEW
         elif cp.planned_batch != cp.committed_batch:
-            state = "in-flight"
+            state = SinkHealth.IN_FLIGHT
         else:
-            state = "ok"
+            state = SinkHealth.OK
         out.append(
             SinkStatus(
                 sink.name,

@@ -14,10 +14,20 @@ import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluiceway.errors import BrokerError, DatabaseError
 from sluiceway.pipeline.errors import DestinationUnreachable, one_line
+
+if TYPE_CHECKING:
+    from sluiceway.pipeline.spec import (
+        FeedSinkSpec,
+        FilesSinkSpec,
+        JournalSinkSpec,
+        KafkaSinkSpec,
+        PipelineSpec,
+        PostgresSinkSpec,
+    )
 
 #: Seconds a check waits for a server to answer.
 CONNECT_TIMEOUT = 5.0
@@ -40,11 +50,11 @@ def _writable_dir(path: str) -> None:
         raise DestinationUnreachable(f"cannot create {path}: {parent}: permission denied", permanent=True)
 
 
-def _journal_sink(sink: Any) -> None:
+def _journal_sink(sink: JournalSinkSpec) -> None:
     _writable_dir(sink.path)
 
 
-def _files_sink(sink: Any) -> None:
+def _files_sink(sink: FilesSinkSpec) -> None:
     _writable_dir(sink.path)
 
 
@@ -58,11 +68,11 @@ def _database(dsn: str) -> None:
         raise DestinationUnreachable(error_text(exc), permanent=True) from None
 
 
-def _postgres_sink(sink: Any) -> None:
+def _postgres_sink(sink: PostgresSinkSpec) -> None:
     _database(sink.dsn)
 
 
-def _feed_sink(sink: Any) -> None:
+def _feed_sink(sink: FeedSinkSpec) -> None:
     _database(sink.dsn)
 
 
@@ -77,7 +87,7 @@ def reach_kafka(config: dict[str, str]) -> None:
         raise DestinationUnreachable(f"kafka {servers}: {error_text(exc)}", permanent=True) from None
 
 
-def _kafka_sink(sink: Any) -> None:
+def _kafka_sink(sink: KafkaSinkSpec) -> None:
     reach_kafka(dict(sink.config))
 
 
@@ -136,7 +146,7 @@ SINK_CHECKS: dict[str, Callable[[Any], None]] = {
 }
 
 
-def check_sinks(spec: Any) -> None:
+def check_sinks(spec: PipelineSpec) -> None:
     """Raise :class:`DestinationUnreachable` naming the first sink (or its dead-letter sink) that
     cannot be reached."""
     for sink in spec.sinks:

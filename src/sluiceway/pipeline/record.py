@@ -20,14 +20,47 @@ import pyarrow.compute as pc
 from sluiceway.journal.record import ARROW_SCHEMA as _JOURNAL_SCHEMA
 from sluiceway.journal.record import OP_HEADER
 
-#: The Arrow schema of a record batch (identical to the journal's bulk-read schema).
+#: The Arrow schema of a record batch: the journal's bulk-read schema itself, the one definition
+#: of the shape (the journal, the lowest layer that reads and writes it, owns it).
 RECORD_SCHEMA: pa.Schema = _JOURNAL_SCHEMA
 
-#: The same schema as Spark DDL (what the data sources declare).
-RECORD_DDL = (
-    "offset BIGINT, namespace STRING, op STRING, key STRING, value BINARY, "
-    "headers ARRAY<STRUCT<key: STRING, value: STRING>>, timestamp TIMESTAMP"
+
+def spark_ddl(schema: pa.Schema) -> str:
+    """An Arrow schema as Spark DDL (the types the record shape uses; built without a JVM).
+
+    >>> spark_ddl(pa.schema([pa.field("offset", pa.int64()), pa.field("tags", pa.list_(pa.string()))]))
+    'offset BIGINT, tags ARRAY<STRING>'
+    """
+    return ", ".join(f"{f.name} {_ddl_type(f.type)}" for f in schema)
+
+
+def _ddl_type(t: pa.DataType) -> str:
+    if pa.types.is_struct(t):
+        return "STRUCT<" + ", ".join(f"{f.name}: {_ddl_type(f.type)}" for f in t) + ">"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return f"ARRAY<{_ddl_type(t.value_type)}>"
+    if pa.types.is_timestamp(t):
+        # Spark's TIMESTAMP is an instant (Arrow's zoned timestamp); TIMESTAMP_NTZ has no zone.
+        return "TIMESTAMP" if t.tz is not None else "TIMESTAMP_NTZ"
+    for test, name in _DDL_TYPES:
+        if test(t):
+            return name
+    raise TypeError(f"no Spark DDL type for Arrow type {t}")
+
+
+_DDL_TYPES = (
+    (pa.types.is_int64, "BIGINT"),
+    (pa.types.is_int32, "INT"),
+    (pa.types.is_boolean, "BOOLEAN"),
+    (pa.types.is_float64, "DOUBLE"),
+    (pa.types.is_string, "STRING"),
+    (pa.types.is_large_string, "STRING"),
+    (pa.types.is_binary, "BINARY"),
+    (pa.types.is_large_binary, "BINARY"),
 )
+
+#: The same schema as Spark DDL (what the data sources declare), derived from the Arrow schema.
+RECORD_DDL = spark_ddl(RECORD_SCHEMA)
 
 RECORD_COLUMNS: tuple[str, ...] = tuple(RECORD_SCHEMA.names)
 

@@ -31,7 +31,7 @@ from sluiceway.pipeline.preflight import check_sinks
 from sluiceway.pipeline.sinks.handler import BatchHandler, Stopping
 from sluiceway.pipeline.sources.adapters import adapter
 from sluiceway.pipeline.spec import PipelineSpec
-from sluiceway.pipeline.state import StateStore
+from sluiceway.pipeline.state import RunState, StateStore
 from sluiceway.pipeline.transforms import apply_transforms
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ class SinkRun:
     """How one sink's query ended (or that it is still running)."""
 
     sink: str
-    state: str  # running | finished | failed | stopped | paused
+    state: RunState
     error: str | None = None
     offset: int | None = None
 
@@ -220,20 +220,20 @@ class Pipeline:
     def outcome(self, sink: str) -> SinkRun:
         query = self.queries[sink]
         if query.isActive:
-            return SinkRun(sink, "running")
+            return SinkRun(sink, RunState.RUNNING)
         exc = query.exception()
         if exc is None:
-            return SinkRun(sink, "finished")
+            return SinkRun(sink, RunState.FINISHED)
         text = str(exc)
         if Stopping.MARKER in text:
-            return SinkRun(sink, "stopped")
+            return SinkRun(sink, RunState.STOPPED)
         if StepPaused.MARKER in text:
-            return SinkRun(sink, "paused")
+            return SinkRun(sink, RunState.PAUSED)
         err = StateStore(self.spec.checkpoint_dir(sink)).load().error
         if err and "SinkFailed" in text:
-            return SinkRun(sink, "failed", err["message"], err.get("offset"))
+            return SinkRun(sink, RunState.FAILED, err["message"], err.get("offset"))
         log.debug("pipeline %s: sink %s failed:\n%s", self.spec.name, sink, text)
-        return SinkRun(sink, "failed", summarize(text))
+        return SinkRun(sink, RunState.FAILED, summarize(text))
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -275,7 +275,7 @@ class Pipeline:
             if sink in self._reported:
                 continue
             run = self.outcome(sink)
-            if run.state == "failed":
+            if run.state is RunState.FAILED:
                 self._reported.add(sink)
                 at = f" at offset {run.offset}" if run.offset is not None else ""
                 # One line; the whole cause (a driver's DETAIL lines, say) at debug level.
@@ -301,7 +301,7 @@ class Pipeline:
         if self.failure is not None:
             raise self.failure
         for sink, outcome in runs.items():
-            if outcome.state in ("finished", "stopped"):
+            if outcome.state in (RunState.FINISHED, RunState.STOPPED):
                 self._commit_source(sink)
         return runs
 
@@ -361,7 +361,7 @@ class Pipeline:
             with store.update() as st:
                 st.step = None
                 state = st
-        if run.state == "failed":
+        if run.state is RunState.FAILED:
             raise SinkFailed(sink, run.offset, run.error or "failed")
         written = state.records - before
         return {"sink": sink, "written": written, "offset": state.last_offset if written else None}

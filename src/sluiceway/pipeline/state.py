@@ -20,10 +20,30 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from sluiceway.files import exclusive, write_json
+
+
+class RunState(StrEnum):
+    """How a sink's query ended, or that it is still running (a ``str``: JSON shows the word)."""
+
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    PAUSED = "paused"
+
+
+class SinkHealth(StrEnum):
+    """A sink as ``status`` sees it from its checkpoint and state file (a ``str`` likewise)."""
+
+    NEW = "new"
+    IN_FLIGHT = "in-flight"
+    OK = "ok"
+    FAILED = "failed"
 
 
 @dataclass

@@ -157,3 +157,10 @@ def test_composite_keys_are_compact_json_arrays_of_the_columns_json() -> None:
     assert composite_key(["1", '"a b"']) == '[1,"a b"]'
     assert composite_key(["1.50", "true"]) == "[1.50,true]"  # as the text form makes it, in both phases
     assert row_key([1.5, "x", None]) == '[1.5,"x",null]'
+
+
+def test_a_decode_error_is_in_the_sluiceway_tree() -> None:
+    from sluiceway.cdc.errors import CdcError
+    from sluiceway.errors import SluicewayError
+
+    assert issubclass(DecodeError, CdcError) and issubclass(DecodeError, SluicewayError)

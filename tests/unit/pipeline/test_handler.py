@@ -60,16 +60,16 @@ def batch(*pairs: tuple[int, str]) -> pa.Table:
 
 def test_records_are_written_in_offset_order(tmp_path: Path) -> None:
     handler, writer, _, _ = make(tmp_path)
-    handler.handle(batch((5, "a"), (3, "b"), (4, "a"), (3, "c")), 0)
+    handler.write_here(batch((5, "a"), (3, "b"), (4, "a"), (3, "c")), 0)
     assert writer.rows == [(3, "b"), (3, "c"), (4, "a"), (5, "a")]  # stable: b before c at offset 3
 
 
 def test_a_replayed_batch_that_was_written_is_skipped(tmp_path: Path) -> None:
     handler, writer, _, _ = make(tmp_path)
-    handler.handle(batch((1, "a"), (2, "b")), 7)
-    handler.handle(batch((1, "a"), (2, "b")), 7)  # Spark replays batch 7 after a crash
+    handler.write_here(batch((1, "a"), (2, "b")), 7)
+    handler.write_here(batch((1, "a"), (2, "b")), 7)  # Spark replays batch 7 after a crash
     assert writer.rows == [(1, "a"), (2, "b")]
-    handler.handle(batch((3, "a")), 8)
+    handler.write_here(batch((3, "a")), 8)
     assert writer.rows[-1] == (3, "a")
 
 
@@ -77,7 +77,7 @@ def test_failure_stops_at_the_bad_record_and_a_replay_resumes_after_the_good_one
     handler, writer, _, spec = make(tmp_path, poison={"bad"})
     rows = batch((10, "a"), (11, "b"), (12, "bad"), (13, "c"))
     with pytest.raises(SinkFailed) as info:
-        handler.handle(rows, 3, sleep=lambda s: None)
+        handler.write_here(rows, 3, sleep=lambda s: None)
     assert (info.value.sink, info.value.offset, info.value.last_good) == ("s", 12, 11)
     assert writer.rows == [(10, "a"), (11, "b")]
     state = StateStore(spec.checkpoint_dir("s")).load()
@@ -85,21 +85,21 @@ def test_failure_stops_at_the_bad_record_and_a_replay_resumes_after_the_good_one
 
     writer.rows.clear()
     with pytest.raises(SinkFailed):  # still poisoned: fails again without rewriting 10 and 11
-        handler.handle(rows, 3, sleep=lambda s: None)
+        handler.write_here(rows, 3, sleep=lambda s: None)
     assert writer.rows == []
 
     with Journal.open(tmp_path / "j", fsync=False) as j, j.append() as tx:
         for i in range(14):  # the source holds offset 12 (skip refuses offsets it does not hold)
             tx.write(f"k{i}", b"v", namespace="n")
     skip(spec, "s", 12)  # the operator marks it done
-    handler.handle(rows, 3, sleep=lambda s: None)
+    handler.write_here(rows, 3, sleep=lambda s: None)
     assert writer.rows == [(13, "c")]
     assert StateStore(spec.checkpoint_dir("s")).load().error is None
 
 
 def test_dead_letter_sink_gets_the_record_with_the_reason(tmp_path: Path) -> None:
     handler, writer, dlq, _ = make(tmp_path, poison={"bad"}, dead=True)
-    handler.handle(batch((1, "a"), (2, "bad"), (3, "c")), 0, sleep=lambda s: None)
+    handler.write_here(batch((1, "a"), (2, "bad"), (3, "c")), 0, sleep=lambda s: None)
     assert writer.rows == [(1, "a"), (3, "c")]
     assert dlq.rows == [(2, "bad")]
     assert StateStore(handler.checkpoint_dir).load().dead_lettered == 1
@@ -112,20 +112,20 @@ def test_step_writes_one_record_then_pauses(tmp_path: Path) -> None:
         st.step = 1
     rows = batch((1, "a"), (2, "b"), (3, "c"))
     with pytest.raises(StepPaused):
-        handler.handle(rows, 0)
+        handler.write_here(rows, 0)
     assert writer.rows == [(1, "a")]
     with pytest.raises(StepPaused):  # budget spent: the next attempt writes nothing
-        handler.handle(rows, 0)
+        handler.write_here(rows, 0)
     assert writer.rows == [(1, "a")]
     with store.update() as st:
         st.step = None
-    handler.handle(rows, 0)  # a normal run resumes after the stepped record
+    handler.write_here(rows, 0)  # a normal run resumes after the stepped record
     assert writer.rows == [(1, "a"), (2, "b"), (3, "c")]
 
 
 def test_tokens_are_deterministic_per_batch_and_slice(tmp_path: Path) -> None:
     handler, writer, _, spec = make(tmp_path)
-    handler.handle(batch((1, "a"), (2, "b")), 4)
+    handler.write_here(batch((1, "a"), (2, "b")), 4)
     run = StateStore(spec.checkpoint_dir("s")).load().run
     assert writer.tokens == [f"{run}-0000000004-00000000-2"]
 
@@ -147,3 +147,14 @@ def test_one_runs_stop_does_not_stop_another(tmp_path: Path) -> None:
         stopped[0](object(), 0)
     assert running[0].stopping is not None and not running[0].stopping.is_set()
     assert "stopping" not in {k for k, v in running[0].__getstate__().items() if v is not None}
+
+
+def test_sink_states_read_as_their_words() -> None:
+    """The states are enums, but JSON and text output show the same words as before."""
+    import json
+
+    from sluiceway.pipeline.state import RunState, SinkHealth
+
+    dumped = json.dumps({"a": RunState.FAILED, "b": SinkHealth.IN_FLIGHT})
+    assert dumped == '{"a": "failed", "b": "in-flight"}'
+    assert f"{RunState.PAUSED}" == "paused" and RunState.FINISHED == "finished"

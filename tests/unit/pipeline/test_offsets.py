@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sluiceway.pipeline.errors import SourceOptionError
 from sluiceway.pipeline.offsets import (
     cap_to_target,
     distribute_limit,
@@ -84,5 +85,20 @@ def test_parse_max_records() -> None:
     assert parse_max_records(None) == 100_000
     assert parse_max_records("5") == 5
     for bad in ("0", "-1", "x"):
-        with pytest.raises(ValueError, match="maxRecordsPerBatch"):
+        with pytest.raises(SourceOptionError, match="maxRecordsPerBatch"):
             parse_max_records(bad)
+
+
+def test_source_option_errors_name_the_option_and_survive_pickling() -> None:
+    import pickle
+
+    from sluiceway.errors import SluicewayError
+    from sluiceway.pipeline.sources.common import int_option, required
+
+    with pytest.raises(SourceOptionError) as info:
+        int_option({"chunkSize": "many"}, "chunkSize", 1)
+    assert info.value.option == "chunkSize" and isinstance(info.value, SluicewayError)
+    with pytest.raises(SourceOptionError, match="option 'path' is required") as missing:
+        required({}, "path", "sluice-journal")
+    back = pickle.loads(pickle.dumps(missing.value))
+    assert (back.option, str(back)) == ("path", "sluice-journal: option 'path' is required")

@@ -136,3 +136,17 @@ def test_not_a_mapping(tmp_path: Path) -> None:
         PipelineSpec.from_yaml(path)
     with pytest.raises(SpecError, match="cannot read"):
         PipelineSpec.from_yaml(tmp_path / "missing.yaml")
+
+
+def test_every_sink_kind_has_one_writer_builder() -> None:
+    """The sink table (``WRITERS``) and the spec's union name the same kinds, each once."""
+    from typing import get_args
+
+    from sluiceway.pipeline.sinks.base import WRITERS
+    from sluiceway.pipeline.sinks.distributed import FILE_SINKS
+    from sluiceway.pipeline.spec import SinkSpec
+
+    union = get_args(get_args(SinkSpec)[0])
+    kinds = [kind for model in union for kind in get_args(model.model_fields["type"].annotation)]
+    assert sorted(kinds) == sorted(WRITERS)
+    assert {"parquet", "json", "csv"} == FILE_SINKS

@@ -8,7 +8,8 @@ import pyarrow as pa
 import pytest
 
 from sluiceway.db import Dialect, load_queries
-from sluiceway.pipeline import RECORD_SCHEMA, Record, SpecError
+from sluiceway.journal import ARROW_SCHEMA
+from sluiceway.pipeline import RECORD_DDL, RECORD_SCHEMA, Record, SpecError
 from sluiceway.pipeline.record import coerce_record, records_from_arrow, records_to_arrow, with_delete_ops
 from sluiceway.pipeline.transforms import apply_record_function, as_batches, bind_input, load_callable
 
@@ -30,6 +31,34 @@ def test_records_round_trip_through_arrow() -> None:
     back = records_from_arrow(b)
     assert back[0].headers == [("h", "x")] and back[0].header("h") == "x"
     assert back[1].value is None and back[1].op == "delete"
+
+
+def test_the_record_shape_is_one_definition_in_three_forms() -> None:
+    """Arrow is the definition; the Spark DDL and ``StructType`` are derived from it and agree."""
+    from pyspark.sql import types as T
+
+    from sluiceway.pipeline.sources.common import spark_record_schema
+
+    assert RECORD_SCHEMA is ARROW_SCHEMA
+    assert RECORD_DDL == (
+        "offset BIGINT, namespace STRING, op STRING, key STRING, value BINARY, "
+        "headers ARRAY<STRUCT<key: STRING, value: STRING>>, timestamp TIMESTAMP"
+    )
+    header = T.StructType([T.StructField("key", T.StringType()), T.StructField("value", T.StringType())])
+    assert spark_record_schema() == T.StructType(
+        [
+            T.StructField("offset", T.LongType()),
+            T.StructField("namespace", T.StringType()),
+            T.StructField("op", T.StringType()),
+            T.StructField("key", T.StringType()),
+            T.StructField("value", T.BinaryType()),
+            T.StructField("headers", T.ArrayType(header)),
+            T.StructField("timestamp", T.TimestampType()),
+        ]
+    )
+    # The DDL as Spark itself would print it (no JVM: simpleString), field by field.
+    spark = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in spark_record_schema())
+    assert RECORD_DDL.replace(": ", ":").replace(", value:", ",value:").lower() == spark
 
 
 def test_tombstones_get_the_delete_op() -> None:

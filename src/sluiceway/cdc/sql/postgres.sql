@@ -96,3 +96,20 @@ SELECT (pg_logical_emit_message(false, %(prefix)s, %(content)s) - '0/0'::pg_lsn)
 -- The snapshot a chunk is read in (first statement of its REPEATABLE READ transaction, so the
 -- chunk's SELECT uses exactly this one): which transactions its rows already reflect.
 SELECT pg_current_snapshot()::text, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+
+-- name: chunk_transaction
+-- A chunk's transaction, set before its first statement: REPEATABLE READ so the snapshot query
+-- and the chunk's SELECT see the same snapshot; READ ONLY, as a copy never writes.
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY;
+
+-- name: table_size
+-- A table without a key is copied by ranges of heap pages: its size in pages (at least one) and
+-- the planner's row estimate, to size a chunk's page range.
+SELECT greatest(pg_relation_size(%(oid)s::oid) / current_setting('block_size')::int, 1),
+       greatest(reltuples, 0)
+FROM pg_class WHERE oid = %(oid)s::oid;
+
+-- name: local_socket
+-- Where the server listens on this host (its first Unix socket directory, and its port): the
+-- replication connection's DSN when the capture is told to use the socket.
+SELECT current_setting('unix_socket_directories'), current_setting('port')::int;

@@ -8,9 +8,24 @@ written (a Spark task on an executor; the driver for ``step``) and never pickled
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from sluiceway.pipeline.spec import (
+        ConsoleSinkSpec,
+        FeedSinkSpec,
+        FilesSinkSpec,
+        JournalSinkSpec,
+        KafkaSinkSpec,
+        NatsSinkSpec,
+        PostgresSinkSpec,
+        RabbitMqSinkSpec,
+        RedisSinkSpec,
+        SinkSpec,
+    )
 
 
 class SinkWriter(Protocol):
@@ -19,40 +34,73 @@ class SinkWriter(Protocol):
     def close(self) -> None: ...
 
 
-def make_writer(spec: Any, *, sink_name: str, staged: bool = False) -> SinkWriter:
-    """The writer for a sink spec (``sink_name`` names the register/progress row it keeps).
+def make_writer(spec: SinkSpec, *, sink_name: str, staged: bool = False) -> SinkWriter:
+    """The writer for a sink spec (``sink_name`` names the register/progress row it keeps), built
+    by the spec's kind's entry in :data:`WRITERS`.
 
     ``staged``: file sinks write into ``<path>/.staging`` and list what they wrote in ``staged``,
     for the driver to put in place (see :mod:`~sluiceway.pipeline.sinks.distributed`)."""
-    kind = spec.type
-    if kind == "journal":
-        from sluiceway.pipeline.sinks.journal import JournalSink
+    build = WRITERS[spec.type]
+    return build(spec, sink_name, staged)
 
-        return JournalSink(spec.path, sink_name)
-    if kind == "kafka":
-        from sluiceway.pipeline.sinks.kafka import KafkaSink
 
-        return KafkaSink(spec.topic, dict(spec.config))
-    if kind == "postgres":
-        from sluiceway.pipeline.sinks.postgres import PostgresSink
+# One builder per kind. Each imports its writer lazily: a sink's client library is only needed
+# when the sink is used.
+def _journal(spec: JournalSinkSpec, sink_name: str, staged: bool) -> SinkWriter:
+    from sluiceway.pipeline.sinks.journal import JournalSink
 
-        return PostgresSink(spec.dsn, spec.table, spec.key, sink_name, create=spec.create)
-    if kind in ("parquet", "json", "csv"):
-        from sluiceway.pipeline.sinks.files import FileSink
+    return JournalSink(spec.path, sink_name)
 
-        return FileSink(spec.path, kind, staged=staged)
-    if kind == "console":
-        from sluiceway.pipeline.sinks.console import ConsoleSink
 
-        return ConsoleSink(sink_name, spec.limit)
-    if kind == "feed":
-        from sluiceway.pipeline.sinks.feed import FeedSink
+def _kafka(spec: KafkaSinkSpec, sink_name: str, staged: bool) -> SinkWriter:
+    from sluiceway.pipeline.sinks.kafka import KafkaSink
 
-        return FeedSink(
-            spec.dsn, spec.partition, gate=spec.gate, prefix=spec.prefix, if_exists=spec.if_exists
-        )
-    if kind in ("nats", "rabbitmq", "redis"):
-        from sluiceway.pipeline.sinks.brokers import BrokerSink
+    return KafkaSink(spec.topic, dict(spec.config))
 
-        return BrokerSink(spec, spec.topic)
-    raise ValueError(f"unknown sink type {kind!r}")
+
+def _postgres(spec: PostgresSinkSpec, sink_name: str, staged: bool) -> SinkWriter:
+    from sluiceway.pipeline.sinks.postgres import PostgresSink
+
+    return PostgresSink(spec.dsn, spec.table, spec.key, sink_name, create=spec.create)
+
+
+def _files(spec: FilesSinkSpec, sink_name: str, staged: bool) -> SinkWriter:
+    from sluiceway.pipeline.sinks.files import FileSink
+
+    return FileSink(spec.path, spec.type, staged=staged)
+
+
+def _console(spec: ConsoleSinkSpec, sink_name: str, staged: bool) -> SinkWriter:
+    from sluiceway.pipeline.sinks.console import ConsoleSink
+
+    return ConsoleSink(sink_name, spec.limit)
+
+
+def _feed(spec: FeedSinkSpec, sink_name: str, staged: bool) -> SinkWriter:
+    from sluiceway.pipeline.sinks.feed import FeedSink
+
+    return FeedSink(spec.dsn, spec.partition, gate=spec.gate, prefix=spec.prefix, if_exists=spec.if_exists)
+
+
+def _broker(
+    spec: NatsSinkSpec | RabbitMqSinkSpec | RedisSinkSpec, sink_name: str, staged: bool
+) -> SinkWriter:
+    from sluiceway.pipeline.sinks.brokers import BrokerSink
+
+    return BrokerSink(spec, spec.topic)
+
+
+#: The writer builder of each sink kind (the spec's ``type``).
+WRITERS: dict[str, Callable[[Any, str, bool], SinkWriter]] = {
+    "journal": _journal,
+    "kafka": _kafka,
+    "postgres": _postgres,
+    "parquet": _files,
+    "json": _files,
+    "csv": _files,
+    "console": _console,
+    "feed": _feed,
+    "nats": _broker,
+    "rabbitmq": _broker,
+    "redis": _broker,
+}

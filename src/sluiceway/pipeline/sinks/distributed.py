@@ -32,16 +32,21 @@ import shutil
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, get_args
 
 import pyarrow as pa
 
 from sluiceway.pipeline.failures import RetryPolicy, backoff_delays
 from sluiceway.pipeline.sinks.base import make_writer
 from sluiceway.pipeline.sinks.part import PartResult, write_part
+from sluiceway.pipeline.spec import FilesSinkSpec
 
-#: Sinks whose order lives in file names: written from the source's own parts.
-FILE_SINKS = frozenset({"parquet", "json", "csv"})
+if TYPE_CHECKING:
+    from sluiceway.pipeline.spec import SinkSpec
+
+#: Sinks whose order lives in file names: written from the source's own parts (the kinds of
+#: :class:`~sluiceway.pipeline.spec.FilesSinkSpec`).
+FILE_SINKS: frozenset[str] = frozenset(get_args(FilesSinkSpec.model_fields["type"].annotation))
 #: The column that keeps a record's place in its batch through the shuffle.
 SEQ = "_sluice_seq"
 
@@ -82,7 +87,7 @@ class TaskPlan:
     """What every task of one batch needs: a small, picklable value (the ``mapInArrow`` function)."""
 
     pipeline: str
-    sink: Any
+    sink: SinkSpec
     run: str
     batch: int
     policy: RetryPolicy

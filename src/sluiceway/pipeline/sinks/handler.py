@@ -9,7 +9,9 @@ driver records the outcome in the sink's state file and, if a part stopped on a 
 not write, raises :class:`SinkFailed`, which stops this sink's query only — every sink has its
 own query and checkpoint. Only those rows reach the driver: its memory does not grow with the
 batch. One exception, small by construction: the ``console`` sink shows a batch's first rows there.
-``step`` lets each part that has records left write one of them.
+``step`` lets each part that has records left write one of them. :meth:`BatchHandler.write_here`
+runs the same batch step with the batch written on the driver as one part (the unit tests'
+way in, without Spark).
 
 The handler is a small picklable object (specs and paths), so it works unchanged under Spark
 Connect.
@@ -20,12 +22,12 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from sluiceway.pipeline.errors import PipelineError, SinkFailed, StepPaused
-from sluiceway.pipeline.failures import Outcome, RetryPolicy
+from sluiceway.pipeline.failures import RetryPolicy
 from sluiceway.pipeline.sinks.base import SinkWriter, make_writer
 from sluiceway.pipeline.sinks.distributed import (
     RESULT_DDL,
@@ -37,7 +39,11 @@ from sluiceway.pipeline.sinks.distributed import (
     write_parquet,
 )
 from sluiceway.pipeline.sinks.part import PartResult, write_part
+from sluiceway.pipeline.spec import FilesSinkSpec
 from sluiceway.pipeline.state import SinkState, StateStore
+
+if TYPE_CHECKING:
+    from sluiceway.pipeline.spec import SinkSpec
 
 log = logging.getLogger("sluiceway.pipeline.sink")
 
@@ -57,7 +63,7 @@ class Stopping(PipelineError):
         super().__init__(f"{self.MARKER}: sink {sink!r} stopped before its next batch")
 
 
-def policy_of(spec: Any) -> RetryPolicy:
+def policy_of(spec: SinkSpec) -> RetryPolicy:
     r = spec.retry
     return RetryPolicy(r.attempts, r.backoff, r.max_backoff, r.record_attempts, r.outage)
 
@@ -66,7 +72,7 @@ class BatchHandler:
     """``foreachBatch`` callable for one sink of one pipeline."""
 
     def __init__(
-        self, pipeline: str, sink: Any, checkpoint_dir: str, *, stopping: threading.Event | None = None
+        self, pipeline: str, sink: SinkSpec, checkpoint_dir: str, *, stopping: threading.Event | None = None
     ) -> None:
         self.pipeline = pipeline
         self.sink = sink
@@ -104,15 +110,10 @@ class BatchHandler:
             raise Stopping(self.name)
         if self.sink.type == "console":
             return self.show(df)
-        store = StateStore(self.checkpoint_dir)
-        with store.update() as state:
-            pass  # a first batch persists the run id its tokens are made of
-        if state.batch == batch_id and state.done:
-            log.info("sink %s: batch %d was already written; skipping its replay", self.name, batch_id)
+        state = self._begin(batch_id)
+        if state is None:
             return BatchSummary(0, 0)
-        results = self.write_batch(df, batch_id, state)
-        dead = sum(r.dead for r in results)
-        return BatchSummary(sum(r.written for r in results) - dead, dead)
+        return self._summary(self.write_batch(df, batch_id, state))
 
     def show(self, df: Any) -> BatchSummary:
         """The console sink: the batch's first rows and its size (all the driver needs of it)."""
@@ -126,22 +127,63 @@ class BatchHandler:
 
     def write_batch(self, df: Any, batch_id: int, state: SinkState) -> list[PartResult]:
         """Write the batch from the executors (see the module docstring); record how it went."""
-        replay = state.batch == batch_id
+        plan, sink = self._plan(batch_id, state), self.sink
+        if sink.type == "parquet" and sink.dead_letter is None and state.step is None:
+            results = write_parquet(df, plan, sink.path)
+        else:
+            parallelism = sink.parallelism or default_parallelism(df, sink.type)
+            rows = prepare(df, sink.type, parallelism).mapInArrow(plan, RESULT_DDL).collect()
+            results = results_of(rows)
+            if isinstance(sink, FilesSinkSpec):  # the kinds FILE_SINKS names
+                commit_files(sink.path, results)
+        return self._record(batch_id, results)
+
+    def write_here(self, table: pa.Table, batch_id: int, *, sleep: Any = None) -> BatchSummary:
+        """The same batch step with the whole batch written here as one part, by this handler's
+        writers: the handler's rules (replay, resume, skip, step, failure) tested without Spark."""
+        state = self._begin(batch_id)
+        if state is None:
+            return BatchSummary(0, 0)
+        plan = self._plan(batch_id, state)
+        result = write_part(
+            table,
+            part=None,
+            sink=self.name,
+            writer=self.writer,
+            dead_writer=self.dead_writer,
+            policy=self.policy,
+            run=plan.run,
+            batch=batch_id,
+            resume=plan.resume.get(0),
+            skip=plan.skip,
+            step=plan.step,
+            sleep=sleep,
+        )
+        return self._summary(self._record(batch_id, [result]))
+
+    # -- the batch step: before and after the parts are written ----------------------------------
+    def _begin(self, batch_id: int) -> SinkState | None:
+        """The sink's state for this batch; ``None`` if it is a replay of a batch written in full."""
+        with StateStore(self.checkpoint_dir).update() as state:
+            pass  # a first batch persists the run id its tokens are made of
+        if state.batch == batch_id and state.done:
+            log.info("sink %s: batch %d was already written; skipping its replay", self.name, batch_id)
+            return None
+        return state
+
+    def _plan(self, batch_id: int, state: SinkState) -> TaskPlan:
+        # A replay of the batch resumes each part where the previous attempt left it.
         resume: dict[int, tuple[int | None, int]] = (
-            {int(p): (v[0], int(v[1])) for p, v in state.parts.items()} if replay else {}
+            {int(p): (v[0], int(v[1])) for p, v in state.parts.items()} if state.batch == batch_id else {}
         )
         skip = frozenset(state.skip)
-        plan = TaskPlan(self.pipeline, self.sink, state.run, batch_id, self.policy, resume, skip, state.step)
-        if self.sink.type == "parquet" and self.sink.dead_letter is None and state.step is None:
-            results = write_parquet(df, plan, self.sink.path)
-        else:
-            parallelism = self.sink.parallelism or default_parallelism(df, self.sink.type)
-            rows = prepare(df, self.sink.type, parallelism).mapInArrow(plan, RESULT_DDL).collect()
-            results = results_of(rows)
-            if self.sink.type in ("parquet", "json", "csv"):
-                commit_files(self.sink.path, results)
+        return TaskPlan(self.pipeline, self.sink, state.run, batch_id, self.policy, resume, skip, state.step)
+
+    def _record(self, batch_id: int, results: list[PartResult]) -> list[PartResult]:
+        """Record how the batch went in the sink's state; raise if a part stopped or paused."""
         failed = [r for r in results if not r.ok]
         paused = any(r.paused for r in results)
+        first = min(failed, key=lambda r: (r.failed_offset is None, r.failed_offset)) if failed else None
         with StateStore(self.checkpoint_dir).update() as st:
             st.batch, st.done = batch_id, not failed and not paused
             st.records += sum(r.written - r.dead for r in results)
@@ -154,13 +196,11 @@ class BatchHandler:
             st.writers = [{"part": r.part, "pid": r.pid, "jvm": r.jvm, "records": r.written} for r in results]
             if st.step is not None:
                 st.step = max(0, st.step - sum(r.written for r in results))
-            if failed:
-                first = min(failed, key=lambda r: (r.failed_offset is None, r.failed_offset))
+            if first is not None:
                 st.failed(first.failed_offset, _stopped(first, len(failed)), batch_id)
             else:
                 st.error = None
-        if failed:
-            first = min(failed, key=lambda r: (r.failed_offset is None, r.failed_offset))
+        if first is not None:
             raise SinkFailed(
                 self.name,
                 first.failed_offset,
@@ -172,6 +212,11 @@ class BatchHandler:
             raise StepPaused(self.name)
         return results
 
+    @staticmethod
+    def _summary(results: list[PartResult]) -> BatchSummary:
+        dead = sum(r.dead for r in results)
+        return BatchSummary(sum(r.written for r in results) - dead, dead)
+
     def close(self) -> None:
         for w in (self._writer, self._dead):
             if w is not None:
@@ -180,64 +225,6 @@ class BatchHandler:
                 except Exception as exc:  # closing is best effort; the data is already acknowledged
                     log.warning("sink %s: close failed: %s", self.name, exc)
         self._writer = self._dead = None
-
-    # -- a batch on the driver (step) ------------------------------------------------------------
-    def handle(self, table: pa.Table, batch_id: int, *, sleep: Any = None) -> Outcome:
-        """Write a whole batch here, on the driver: ``step`` (and unit tests without Spark)."""
-        store = StateStore(self.checkpoint_dir)
-        with store.update() as state:
-            pass  # a first batch persists the run id its tokens are made of
-        if state.batch == batch_id and state.done:
-            log.info("sink %s: batch %d was already written; skipping its replay", self.name, batch_id)
-            return Outcome(0)
-        if state.step is not None and state.step <= 0 and table.num_rows:
-            raise StepPaused(self.name)
-
-        def progress(last: int | None, rank: int) -> None:
-            with store.update() as st:
-                st.batch, st.done, st.last, st.rank = batch_id, False, last, rank
-
-        result = write_part(
-            table,
-            part=None,
-            sink=self.name,
-            writer=self.writer,
-            dead_writer=self.dead_writer,
-            policy=self.policy,
-            run=state.run,
-            batch=batch_id,
-            resume=(state.last, state.rank) if state.batch == batch_id else None,
-            skip=frozenset(state.skip),
-            step=state.step,
-            progress=progress,
-            sleep=sleep,
-        )
-        with store.update() as st:
-            st.batch = batch_id
-            st.records += result.written - result.dead
-            st.dead_lettered += result.dead
-            if result.last_offset is not None:
-                st.last_offset = result.last_offset
-            st.last, st.rank, st.parts = result.last, result.rank, {}
-            if result.ok:
-                st.done = not result.paused
-                st.error = None
-                if st.step is not None:
-                    st.step = max(0, st.step - result.todo)
-            else:
-                st.done = False
-                st.failed(result.failed_offset, result.error or "failed", batch_id)
-        if not result.ok:
-            raise SinkFailed(
-                self.name,
-                result.failed_offset,
-                result.error or "failed",
-                batch_id=batch_id,
-                last_good=result.last_good,
-            )
-        if result.paused:
-            raise StepPaused(self.name)
-        return Outcome(result.written, failed_at=None)
 
 
 def _stopped(first: PartResult, parts: int) -> str:

@@ -1,10 +1,11 @@
 """Writing one part of a micro-batch: resume, skip, step, retry, one record at a time, dead letters.
 
 The same rules wherever a part is written — a Spark task writing its share of a batch on an
-executor, or the driver writing a whole (small) batch for ``step``: sort by offset (stable),
-resume after the records a previous attempt of the same batch already wrote in this part, leave
-out records an operator skipped, then :func:`~sluiceway.pipeline.failures.deliver` the rest.
-The result is a small value (counts, the progress reached, the failure) that the driver records.
+executor, or the handler writing a whole batch as one part without Spark (its unit tests): sort
+by offset (stable), resume after the records a previous attempt of the same batch already wrote
+in this part, leave out records an operator skipped, then
+:func:`~sluiceway.pipeline.failures.deliver` the rest. The result is a small value (counts, the
+progress reached, the failure) that the driver records.
 """
 
 from __future__ import annotations
@@ -96,15 +97,12 @@ def write_part(
     resume: tuple[int | None, int] | None = None,
     skip: frozenset[int] | set[int] = frozenset(),
     step: int | None = None,
-    progress: Callable[[int | None, int], None] | None = None,
     sleep: Callable[[float], None] | None = None,
 ) -> PartResult:
     """Write ``table`` (one part, or a whole batch when ``part`` is None); see the module docstring.
 
     ``resume``: progress a previous attempt of this batch reached in this part. ``step``: write at
-    most this many records (then ``paused``). ``progress(last, rank)`` is called as the written
-    prefix grows during a record-by-record replay, so a crash there resumes after the last good
-    record where progress can be kept (the driver).
+    most this many records (then ``paused``).
     """
     table = sort_by_offset(table)
     n = table.num_rows
@@ -131,8 +129,6 @@ def write_part(
         log.warning("sink %s: record at offset %s sent to the dead-letter sink: %s", sink, offsets[i], error)
 
     kwargs: dict[str, Any] = {"what": f"sink {sink}" + ("" if part is None else f" (part {part})")}
-    if progress is not None:
-        kwargs["progress"] = lambda written: progress(*progress_at(offsets, todo[written - 1] + 1))
     if dead_writer is not None:
         kwargs["dead_letter"] = dead
     if sleep is not None:
@@ -143,7 +139,9 @@ def write_part(
     if outcome.written:
         result.last_offset = offsets[todo[outcome.written - 1]]
     if outcome.ok:
-        end = todo[-1] + 1 if (result.paused and todo) else n
+        # Paused (``step``): progress ends after the last record written, or where this attempt
+        # began when the budget was already spent — never at the part's end, past unwritten records.
+        end = (todo[-1] + 1 if todo else start) if result.paused else n
         result.last, result.rank = progress_at(offsets, end)
     elif outcome.unreachable is not None:
         # No record is to blame: progress up to the first record not written, no failed offset.

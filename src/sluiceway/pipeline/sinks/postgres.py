@@ -14,10 +14,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from sluiceway.db import Dialect, map_db_error, quote_identifier
+from sluiceway.db import Database, Dialect, load_queries, quote_identifier
 from sluiceway.db.identifiers import check_identifier
+from sluiceway.db.queries import render
 from sluiceway.errors import DatabaseRefusedError, DatabaseUnavailableError
-from sluiceway.pipeline.errors import DestinationUnreachable, one_line
+from sluiceway.pipeline.errors import DestinationUnreachable, RecordRefused, one_line
 
 PROGRESS_TABLE = "sluice_sink_progress"
 
@@ -63,120 +64,116 @@ class PostgresSink:
         self.keys = [check_identifier(k, what="column") for k in ([key] if isinstance(key, str) else key)]
         self.sink = sink
         self.create = create
-        self._conn: Any = None
+        self._db: Database | None = None
         self._columns: list[str] | None = None
 
-    def _connect(self, schema: pa.Schema) -> Any:
-        from sluiceway.db.connection import open_raw
-        from sluiceway.db.dsn import parse_dsn
+    def _sql(self, name: str, **raw: str) -> str:
+        """A named block of ``sinks/sql/postgres.sql`` with this sink's table and progress table."""
+        sql = load_queries("sluiceway.pipeline.sinks", Dialect.POSTGRES)[name]
+        return render(sql, Dialect.POSTGRES, table=self.table, progress=PROGRESS_TABLE, **raw)
 
-        if self._conn is None:
-            try:
-                self._conn = open_raw(parse_dsn(self.dsn))
-            except (DatabaseUnavailableError, DatabaseRefusedError) as exc:
-                # Not the records' fault: the sink waits for the server (a refusal: it stops at
-                # once), then stops saying so.
-                permanent = isinstance(exc, DatabaseRefusedError)
-                raise DestinationUnreachable(one_line(exc), permanent=permanent) from None
-            self._conn.execute(
-                f"CREATE TABLE IF NOT EXISTS {PROGRESS_TABLE} (sink TEXT PRIMARY KEY, token TEXT NOT NULL)"
+    def _connect(self, schema: pa.Schema) -> Database:
+        if self._db is not None:
+            return self._db
+        db = Database(self.dsn)
+        try:
+            db.raw  # noqa: B018 - connect now: a failure here is the destination's, not a write's
+        except (DatabaseUnavailableError, DatabaseRefusedError) as exc:
+            # Not the records' fault: the sink waits for the server (a refusal: it stops at
+            # once), then stops saying so.
+            permanent = isinstance(exc, DatabaseRefusedError)
+            raise DestinationUnreachable(one_line(exc), permanent=permanent) from None
+        self._db = db
+        db.execute(self._sql("create_progress"), what="create the sink's progress table")
+        if self.create:
+            columns = ", ".join(f"{q(f.name)} {pg_type(f.type)}" for f in schema)
+            key = ", ".join(q(k) for k in self.keys)
+            db.execute(self._sql("create_table", raw_columns=columns, raw_key=key), what="create table")
+        schema_name, _, name = self.table.rpartition(".")
+        rows = db.fetchall(
+            self._sql("table_columns"), {"name": name, "schema": schema_name or None}, what="read columns"
+        )
+        existing = {r[0] for r in rows}
+        missing = [k for k in self.keys if k not in existing]
+        if missing:
+            # The destination's set-up, not a record: stop at once, saying what to fix.
+            raise DestinationUnreachable(
+                f"table {self.table!r} has no column {missing[0]!r} to upsert on", permanent=True
             )
-            if self.create:
-                cols = ", ".join(f"{q(f.name)} {pg_type(f.type)}" for f in schema)
-                primary = ", ".join(q(k) for k in self.keys)
-                self._conn.execute(
-                    f"CREATE TABLE IF NOT EXISTS {quote_identifier(self.table, Dialect.POSTGRES)} "
-                    f"({cols}, PRIMARY KEY ({primary}))"
-                )
-            schema_name, _, name = self.table.rpartition(".")
-            rows = self._conn.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
-                "AND table_schema = COALESCE(%s, current_schema())",
-                (name, schema_name or None),
-            ).fetchall()
-            existing = {r[0] for r in rows}
-            missing = [k for k in self.keys if k not in existing]
-            if missing:
-                raise ValueError(f"table {self.table!r} has no column {missing[0]!r} to upsert on")
-            self._columns = [f.name for f in schema if f.name in existing]
-        return self._conn
+        self._columns = [f.name for f in schema if f.name in existing]
+        return db
 
     def write(self, table: pa.Table, token: str) -> None:
         try:
-            conn = self._connect(table.schema)
+            db = self._connect(table.schema)
             assert self._columns is not None
             cols = self._columns
             wanted = cols + [c for c in ("op", "namespace") if c not in cols and c in table.column_names]
             rows = table.select(wanted).to_pylist()
             nested = {f.name for f in table.schema if pa.types.is_nested(f.type)}
-            with conn.transaction(), conn.cursor() as cur:
-                cur.execute(f"SELECT token FROM {PROGRESS_TABLE} WHERE sink = %s FOR UPDATE", (self.sink,))
-                done = cur.fetchone()
+            with db.transaction():
+                done = db.fetchone(self._sql("lock_progress"), {"sink": self.sink}, what="read sink progress")
                 if done is not None and done[0] == token:
                     return  # this exact write already committed: a replay
                 for segment, truncate in _segments(rows):
-                    self._apply(cur, segment, cols, nested)
+                    self._apply(db, segment, cols, nested)
                     if truncate is not None:
-                        self._truncate(cur, truncate, cols)
-                cur.execute(
-                    f"INSERT INTO {PROGRESS_TABLE} (sink, token) VALUES (%s, %s) "
-                    "ON CONFLICT (sink) DO UPDATE SET token = EXCLUDED.token",
-                    (self.sink, token),
+                        self._truncate(db, truncate, cols)
+                db.execute(
+                    self._sql("save_progress"), {"sink": self.sink, "token": token}, what="save sink progress"
                 )
-        except Exception as exc:
-            lost = self._conn is not None and self._conn.broken
-            self.close()
-            if lost:  # the connection dropped mid-write (a restart, a network cut): wait for it
-                raise DestinationUnreachable(f"lost the connection: {one_line(exc)}") from exc
-            if isinstance(map_db_error(exc, "write"), DatabaseRefusedError):
-                # No privilege on the table (42501): the destination's set-up, not a record.
-                raise DestinationUnreachable(one_line(exc), permanent=True) from exc
-            raise
+        except DatabaseUnavailableError as exc:
+            self.close()  # the connection dropped mid-write (a restart, a network cut): wait for it
+            raise DestinationUnreachable(f"lost the connection: {one_line(exc)}") from exc
+        except DatabaseRefusedError as exc:
+            self.close()  # no privilege on the table (42501): the destination's set-up, not a record
+            raise DestinationUnreachable(one_line(exc), permanent=True) from exc
         except BaseException:
-            self.close()
+            self.close()  # a record's error (DatabaseError, RecordRefused) or ours: a fresh start
             raise
 
-    def _apply(self, cur: Any, rows: list[dict[str, Any]], cols: list[str], nested: set[str]) -> None:
-        from psycopg.types.json import Jsonb
+    def _apply(self, db: Database, rows: list[dict[str, Any]], cols: list[str], nested: set[str]) -> None:
+        from psycopg.types.json import Jsonb  # the one driver type: nested values as JSONB
 
-        target = quote_identifier(self.table, Dialect.POSTGRES)
         latest = last_per_key(rows, self.keys)
         upserts = [r for r in latest if r.get("op") != "delete"]
-        deletes = [tuple(r[k] for k in self.keys) for r in latest if r.get("op") == "delete"]
+        deletes = [r for r in latest if r.get("op") == "delete"]
+        # Parameters are named by position (c0, c1, …; k0, …): column names are identifiers, not
+        # placeholder names.
         if upserts:
             updates = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in cols if c not in self.keys)
-            names, marks = ", ".join(q(c) for c in cols), ", ".join(["%s"] * len(cols))
-            conflict = ", ".join(q(k) for k in self.keys)
-            insert = f"INSERT INTO {target} ({names}) VALUES ({marks}) ON CONFLICT ({conflict}) DO " + (
-                f"UPDATE SET {updates}" if updates else "NOTHING"
+            insert = self._sql(
+                "upsert",
+                raw_columns=", ".join(q(c) for c in cols),
+                raw_values=", ".join(f"%(c{i})s" for i in range(len(cols))),
+                raw_key=", ".join(q(k) for k in self.keys),
+                raw_action=f"UPDATE SET {updates}" if updates else "NOTHING",
             )
-            cur.executemany(
-                insert,
-                [
-                    tuple(Jsonb(r[c]) if c in nested and r[c] is not None else r[c] for c in cols)
-                    for r in upserts
-                ],
-            )
+            params = [
+                {
+                    f"c{i}": Jsonb(r[c]) if c in nested and r[c] is not None else r[c]
+                    for i, c in enumerate(cols)
+                }
+                for r in upserts
+            ]
+            db.executemany(insert, params, what=f"upsert into {self.table}")
         if deletes:
-            where = " AND ".join(f"{q(k)} = %s" for k in self.keys)
-            cur.executemany(f"DELETE FROM {target} WHERE {where}", deletes)
+            match = " AND ".join(f"{q(k)} = %(k{i})s" for i, k in enumerate(self.keys))
+            params = [{f"k{i}": r[k] for i, k in enumerate(self.keys)} for r in deletes]
+            db.executemany(self._sql("delete", raw_key_match=match), params, what=f"delete from {self.table}")
 
-    def _truncate(self, cur: Any, namespace: str | None, cols: list[str]) -> None:
+    def _truncate(self, db: Database, namespace: str | None, cols: list[str]) -> None:
         if "namespace" not in cols:
-            raise ValueError(
+            raise RecordRefused(
                 f"a truncate of {namespace!r} reached table {self.table!r}, which has no namespace column "
                 "to tell that table's rows apart"
             )
-        cur.execute(
-            f"DELETE FROM {quote_identifier(self.table, Dialect.POSTGRES)} WHERE namespace = %s", (namespace,)
-        )
+        db.execute(self._sql("truncate_namespace"), {"namespace": namespace}, what=f"truncate {namespace}")
 
     def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            finally:
-                self._conn = None
+        db, self._db = self._db, None
+        if db is not None:
+            db.close()
 
 
 def _segments(rows: list[dict[str, Any]]) -> list[tuple[list[dict[str, Any]], str | None]]:

@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from sluiceway.cdc.postgres import CdcSession, ChunkRead
+from sluiceway.pipeline.errors import SourceOptionError
 from sluiceway.pipeline.record import RECORD_SCHEMA
 from sluiceway.pipeline.sources.common import (
     RecordSource,
@@ -46,8 +47,9 @@ def copy_options(options: dict[str, Any]) -> CopyOptions:
     pattern = option(options, "tablesPattern")
     listed = [t.strip() for t in (option(options, "tables") or "").split(",") if t.strip()]
     if bool(pattern) == bool(listed):
-        raise ValueError(
-            f"{NAME}: give either 'tables' (comma-separated) or 'tablesPattern' (a regular expression)"
+        raise SourceOptionError(
+            "tables",
+            f"{NAME}: give either 'tables' (comma-separated) or 'tablesPattern' (a regular expression)",
         )
     return CopyOptions(
         dsn=required(options, "dsn", NAME),

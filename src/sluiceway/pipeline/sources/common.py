@@ -9,27 +9,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from sluiceway.pipeline.errors import SourceOptionError
 from sluiceway.pipeline.offsets import parse_max_records
+from sluiceway.pipeline.record import RECORD_SCHEMA
 
 from pyspark.sql.datasource import DataSource  # isort: skip
 
 
 def spark_record_schema() -> Any:
-    """The record shape as a Spark ``StructType`` (built without a JVM)."""
-    from pyspark.sql import types as T
+    """The record shape as a Spark ``StructType``, derived from :data:`RECORD_SCHEMA` (no JVM)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
 
-    header = T.StructType([T.StructField("key", T.StringType()), T.StructField("value", T.StringType())])
-    return T.StructType(
-        [
-            T.StructField("offset", T.LongType()),
-            T.StructField("namespace", T.StringType()),
-            T.StructField("op", T.StringType()),
-            T.StructField("key", T.StringType()),
-            T.StructField("value", T.BinaryType()),
-            T.StructField("headers", T.ArrayType(header)),
-            T.StructField("timestamp", T.TimestampType()),
-        ]
-    )
+    return from_arrow_schema(RECORD_SCHEMA)
 
 
 def option(options: Mapping[str, Any], name: str, default: str | None = None) -> str | None:
@@ -46,7 +37,7 @@ def option(options: Mapping[str, Any], name: str, default: str | None = None) ->
 def required(options: Mapping[str, Any], name: str, source: str) -> str:
     value = option(options, name)
     if value is None or value == "":
-        raise ValueError(f"{source}: option {name!r} is required")
+        raise SourceOptionError(name, f"{source}: option {name!r} is required")
     return value
 
 
@@ -57,9 +48,9 @@ def int_option(options: Mapping[str, Any], name: str, default: int, *, minimum: 
     try:
         value = int(raw)
     except ValueError:
-        raise ValueError(f"option {name!r} must be an integer, got {raw!r}") from None
+        raise SourceOptionError(name, f"option {name!r} must be an integer, got {raw!r}") from None
     if value < minimum:
-        raise ValueError(f"option {name!r} must be >= {minimum}, got {raw!r}")
+        raise SourceOptionError(name, f"option {name!r} must be >= {minimum}, got {raw!r}")
     return value
 
 
@@ -70,7 +61,7 @@ def float_option(options: Mapping[str, Any], name: str, default: float) -> float
     try:
         return float(raw)
     except ValueError:
-        raise ValueError(f"option {name!r} must be a number, got {raw!r}") from None
+        raise SourceOptionError(name, f"option {name!r} must be a number, got {raw!r}") from None
 
 
 def max_records(options: Mapping[str, Any]) -> int:

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluiceway.journal import Journal, JournalLockedError, JournalNotFoundError
-from sluiceway.pipeline.errors import SourceError
+from sluiceway.pipeline.errors import SourceError, SourceOptionError
 from sluiceway.pipeline.offsets import next_end, split_range
 from sluiceway.pipeline.record import RECORD_SCHEMA, with_delete_ops, with_header_ops
 from sluiceway.pipeline.sources.common import (
@@ -114,7 +114,9 @@ def starting_offset(path: str, options: Any) -> int:
     try:
         return max(0, int(raw))
     except ValueError:
-        raise ValueError(f"startingOffset must be earliest, latest or a number, got {raw!r}") from None
+        raise SourceOptionError(
+            "startingOffset", f"startingOffset must be earliest, latest or a number, got {raw!r}"
+        ) from None
 
 
 class JournalDataSource(RecordSource):

@@ -28,7 +28,7 @@ from typing import Any, cast
 import pyarrow as pa
 
 from sluiceway.errors import PublishError
-from sluiceway.pipeline.errors import SourceError
+from sluiceway.pipeline.errors import SourceError, SourceOptionError
 from sluiceway.pipeline.offsets import cap_to_target, distribute_limit
 from sluiceway.pipeline.record import RECORD_SCHEMA
 from sluiceway.pipeline.sources.common import (
@@ -59,7 +59,9 @@ def kafka_config(options: Mapping[str, Any]) -> dict[str, str]:
     if bare and "bootstrap.servers" not in conf:
         conf["bootstrap.servers"] = bare
     if "bootstrap.servers" not in conf:
-        raise ValueError(f"{NAME}: option 'kafka.bootstrap.servers' is required")
+        raise SourceOptionError(
+            "kafka.bootstrap.servers", f"{NAME}: option 'kafka.bootstrap.servers' is required"
+        )
     return conf
 
 
@@ -170,7 +172,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.poll_timeout = float_option(options, "pollTimeout", 30.0)
         self.starting = (option(options, "startingOffsets", "earliest") or "earliest").lower()
         if self.starting not in ("earliest", "latest"):
-            raise ValueError(f"{NAME}: startingOffsets must be earliest or latest, got {self.starting!r}")
+            raise SourceOptionError(
+                "startingOffsets",
+                f"{NAME}: startingOffsets must be earliest or latest, got {self.starting!r}",
+            )
         self.target: dict[str, int] | None = None
         self._admin: KafkaAdmin | None = None
 

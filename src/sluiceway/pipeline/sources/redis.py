@@ -27,6 +27,7 @@ from typing import Any
 import pyarrow as pa
 
 from sluiceway.brokers.redis import entry_offset, from_fields, map_error, raw_stream_replies
+from sluiceway.pipeline.errors import SourceOptionError
 from sluiceway.pipeline.record import RECORD_SCHEMA, with_delete_ops
 from sluiceway.pipeline.sources.common import RecordSource, limit_rows, max_records, option, required
 
@@ -136,7 +137,9 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.stream = required(options, "stream", NAME)
         self.starting = (option(options, "startingOffset", "earliest") or "earliest").lower()
         if self.starting not in ("earliest", "latest"):
-            raise ValueError(f"{NAME}: startingOffset must be earliest or latest, got {self.starting!r}")
+            raise SourceOptionError(
+                "startingOffset", f"{NAME}: startingOffset must be earliest or latest, got {self.starting!r}"
+            )
         self.max_rows = max_records(options)
         self.target: str | None = None
 
