@@ -18,6 +18,7 @@ from sluiceway.db import Dialect, map_db_error, quote_identifier
 from sluiceway.db.identifiers import check_identifier
 from sluiceway.errors import DatabaseRefusedError, DatabaseUnavailableError
 from sluiceway.pipeline.errors import DestinationUnreachable, one_line
+from sluiceway.pipeline.sinks.base import ClientSink
 
 PROGRESS_TABLE = "sluice_sink_progress"
 
@@ -56,85 +57,82 @@ def last_per_key(rows: list[dict[str, Any]], keys: list[str]) -> list[dict[str, 
     return list(latest.values())
 
 
-class PostgresSink:
+class PostgresSink(ClientSink[Any]):
     def __init__(self, dsn: str, table: str, key: str | list[str], sink: str, *, create: bool = True) -> None:
         self.dsn = dsn
         self.table = check_identifier(table)
         self.keys = [check_identifier(k, what="column") for k in ([key] if isinstance(key, str) else key)]
         self.sink = sink
         self.create = create
-        self._conn: Any = None
+        #: The columns written, learnt on each new connection (None: not yet on this one).
         self._columns: list[str] | None = None
 
-    def _connect(self, schema: pa.Schema) -> Any:
+    def _open(self) -> Any:
         from sluiceway.db.connection import open_raw
         from sluiceway.db.dsn import parse_dsn
 
-        if self._conn is None:
-            try:
-                self._conn = open_raw(parse_dsn(self.dsn))
-            except (DatabaseUnavailableError, DatabaseRefusedError) as exc:
-                # Not the records' fault: the sink waits for the server (a refusal: it stops at
-                # once), then stops saying so.
-                permanent = isinstance(exc, DatabaseRefusedError)
-                raise DestinationUnreachable(one_line(exc), permanent=permanent) from None
-            self._conn.execute(
-                f"CREATE TABLE IF NOT EXISTS {PROGRESS_TABLE} (sink TEXT PRIMARY KEY, token TEXT NOT NULL)"
-            )
-            if self.create:
-                cols = ", ".join(f"{q(f.name)} {pg_type(f.type)}" for f in schema)
-                primary = ", ".join(q(k) for k in self.keys)
-                self._conn.execute(
-                    f"CREATE TABLE IF NOT EXISTS {quote_identifier(self.table, Dialect.POSTGRES)} "
-                    f"({cols}, PRIMARY KEY ({primary}))"
-                )
-            schema_name, _, name = self.table.rpartition(".")
-            rows = self._conn.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
-                "AND table_schema = COALESCE(%s, current_schema())",
-                (name, schema_name or None),
-            ).fetchall()
-            existing = {r[0] for r in rows}
-            missing = [k for k in self.keys if k not in existing]
-            if missing:
-                raise ValueError(f"table {self.table!r} has no column {missing[0]!r} to upsert on")
-            self._columns = [f.name for f in schema if f.name in existing]
-        return self._conn
-
-    def write(self, table: pa.Table, token: str) -> None:
         try:
-            conn = self._connect(table.schema)
-            assert self._columns is not None
-            cols = self._columns
-            wanted = cols + [c for c in ("op", "namespace") if c not in cols and c in table.column_names]
-            rows = table.select(wanted).to_pylist()
-            nested = {f.name for f in table.schema if pa.types.is_nested(f.type)}
-            with conn.transaction(), conn.cursor() as cur:
-                cur.execute(f"SELECT token FROM {PROGRESS_TABLE} WHERE sink = %s FOR UPDATE", (self.sink,))
-                done = cur.fetchone()
-                if done is not None and done[0] == token:
-                    return  # this exact write already committed: a replay
-                for segment, truncate in _segments(rows):
-                    self._apply(cur, segment, cols, nested)
-                    if truncate is not None:
-                        self._truncate(cur, truncate, cols)
-                cur.execute(
-                    f"INSERT INTO {PROGRESS_TABLE} (sink, token) VALUES (%s, %s) "
-                    "ON CONFLICT (sink) DO UPDATE SET token = EXCLUDED.token",
-                    (self.sink, token),
-                )
-        except Exception as exc:
-            lost = self._conn is not None and self._conn.broken
-            self.close()
-            if lost:  # the connection dropped mid-write (a restart, a network cut): wait for it
-                raise DestinationUnreachable(f"lost the connection: {one_line(exc)}") from exc
-            if isinstance(map_db_error(exc, "write"), DatabaseRefusedError):
-                # No privilege on the table (42501): the destination's set-up, not a record.
-                raise DestinationUnreachable(one_line(exc), permanent=True) from exc
-            raise
-        except BaseException:
-            self.close()
-            raise
+            return open_raw(parse_dsn(self.dsn))
+        except (DatabaseUnavailableError, DatabaseRefusedError) as exc:
+            # Not the records' fault: the sink waits for the server (a refusal: it stops at
+            # once), then stops saying so.
+            permanent = isinstance(exc, DatabaseRefusedError)
+            raise DestinationUnreachable(one_line(exc), permanent=permanent) from None
+
+    def _prepare(self, conn: Any, schema: pa.Schema) -> list[str]:
+        """Create the progress table (and the table, if asked); the columns to write."""
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {PROGRESS_TABLE} (sink TEXT PRIMARY KEY, token TEXT NOT NULL)"
+        )
+        if self.create:
+            cols = ", ".join(f"{q(f.name)} {pg_type(f.type)}" for f in schema)
+            primary = ", ".join(q(k) for k in self.keys)
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {quote_identifier(self.table, Dialect.POSTGRES)} "
+                f"({cols}, PRIMARY KEY ({primary}))"
+            )
+        schema_name, _, name = self.table.rpartition(".")
+        rows = conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+            "AND table_schema = COALESCE(%s, current_schema())",
+            (name, schema_name or None),
+        ).fetchall()
+        existing = {r[0] for r in rows}
+        missing = [k for k in self.keys if k not in existing]
+        if missing:
+            raise ValueError(f"table {self.table!r} has no column {missing[0]!r} to upsert on")
+        return [f.name for f in schema if f.name in existing]
+
+    def _write(self, conn: Any, table: pa.Table, token: str) -> None:
+        if self._columns is None:
+            self._columns = self._prepare(conn, table.schema)
+        cols = self._columns
+        wanted = cols + [c for c in ("op", "namespace") if c not in cols and c in table.column_names]
+        rows = table.select(wanted).to_pylist()
+        nested = {f.name for f in table.schema if pa.types.is_nested(f.type)}
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute(f"SELECT token FROM {PROGRESS_TABLE} WHERE sink = %s FOR UPDATE", (self.sink,))
+            done = cur.fetchone()
+            if done is not None and done[0] == token:
+                return  # this exact write already committed: a replay
+            for segment, truncate in _segments(rows):
+                self._apply(cur, segment, cols, nested)
+                if truncate is not None:
+                    self._truncate(cur, truncate, cols)
+            cur.execute(
+                f"INSERT INTO {PROGRESS_TABLE} (sink, token) VALUES (%s, %s) "
+                "ON CONFLICT (sink) DO UPDATE SET token = EXCLUDED.token",
+                (self.sink, token),
+            )
+
+    def _failure(self, exc: Exception) -> Exception | None:
+        if self._client is not None and self._client.broken:
+            # The connection dropped mid-write (a restart, a network cut): wait for it.
+            return DestinationUnreachable(f"lost the connection: {one_line(exc)}")
+        if isinstance(map_db_error(exc, "write"), DatabaseRefusedError):
+            # No privilege on the table (42501): the destination's set-up, not a record.
+            return DestinationUnreachable(one_line(exc), permanent=True)
+        return None
 
     def _apply(self, cur: Any, rows: list[dict[str, Any]], cols: list[str], nested: set[str]) -> None:
         from psycopg.types.json import Jsonb
@@ -171,12 +169,9 @@ class PostgresSink:
             f"DELETE FROM {quote_identifier(self.table, Dialect.POSTGRES)} WHERE namespace = %s", (namespace,)
         )
 
-    def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            finally:
-                self._conn = None
+    def _release(self, conn: Any) -> None:
+        self._columns = None
+        conn.close()
 
 
 def _segments(rows: list[dict[str, Any]]) -> list[tuple[list[dict[str, Any]], str | None]]:
