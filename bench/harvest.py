@@ -49,7 +49,6 @@ def load(dsn: str, rows: int, keys: int, topic: str) -> None:
             "kafka_header_values) FROM STDIN"
         ) as copy:
             copy.write(buf.read())
-        cur.execute("VACUUM ANALYZE outbox") if False else None
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE outbox")
 

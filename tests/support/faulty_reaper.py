@@ -19,6 +19,9 @@ from sluiceway.harvest import Harvest, HarvestConfig
 from sluiceway.harvest.ports import Delivery, Publisher
 from sluiceway.outbox.record import MarkedRecord
 
+#: The line a faulty reaper writes to stderr (its log) for every acknowledgement it pretends to lose.
+ACK_LOST = "FAULT ack-lost"
+
 
 class PoisonError(PublishError):
     permanent = True
@@ -51,6 +54,10 @@ class FaultyPublisher:
         if mode == 0:
             raise PublishError("injected fault: refused")
         if mode == 1:
+            # Counted by the chaos tests: each lost ack may put one extra copy on the topic. One
+            # write (print's text and newline are two), so send threads' lines never merge.
+            sys.stderr.write(ACK_LOST + "\n")
+            sys.stderr.flush()
             self.inner.send(record, lambda d: on_done(Delivery(record, error="injected fault: ack lost")))
             return
         on_done(Delivery(record, error="injected fault: dropped"))

@@ -15,6 +15,7 @@ import yaml
 
 from sluiceway.testing import wait_until
 from tests.support import ROOT
+from tests.support.faulty_reaper import ACK_LOST
 
 
 def write_config(path: Path, harvest: dict[str, Any]) -> Path:
@@ -42,6 +43,18 @@ class Reaper:
         except FileNotFoundError:
             return []
         return re.findall(r"^EVENT (\w+)", text, re.MULTILINE)
+
+    def acquisitions(self) -> int:
+        """How many times this process became the leader."""
+        return self.events().count("LeaderAcquired")
+
+    def acks_lost(self) -> int:
+        """How many acknowledgements its faulty publisher pretended to lose (each one is re-sent)."""
+        try:
+            text = self.log.read_text(errors="replace")
+        except FileNotFoundError:
+            return 0
+        return text.count(ACK_LOST)  # not per line: another thread's log line may share its line
 
     def leading(self) -> bool:
         if self.proc.poll() is not None:

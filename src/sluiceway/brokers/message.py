@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 from sluiceway.errors import BrokerError
@@ -31,6 +32,16 @@ class Message:
     headers: tuple[tuple[str, str], ...] = ()
     msg_id: str = ""
     timestamp_ms: int | None = None
+
+
+def epoch_millis(stamp: datetime | None) -> int | None:
+    """A record's time as :attr:`Message.timestamp_ms` (milliseconds since the epoch; None stays None).
+
+    >>> from datetime import UTC
+    >>> epoch_millis(datetime(2026, 1, 1, 0, 0, 0, 1500, tzinfo=UTC))
+    1767225600001
+    """
+    return int(stamp.timestamp() * 1000) if stamp is not None else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sluiceway.brokers.message import Ack, BrokerClient, Message
+from sluiceway.clock import Clock, SystemClock
 from sluiceway.config.brokers import BrokerSettings
 from sluiceway.errors import BrokerError
 
@@ -108,12 +109,18 @@ class _Item:
 
 
 class Sender:
-    """Publishes through one :class:`BrokerClient` from a loop thread of its own.
+    """Publishes through one :class:`BrokerClient` from a loop thread of its own. ``clock``
+    measures the delivery timeout (a test moves it by hand).
 
-    >>> sender = Sender(lambda: RedisClient(RedisSettings()), RedisSettings())   # doctest: +SKIP
-    >>> sender.submit(Message("orders", "o-1", b"{}"), print)
-    >>> sender.flush(5.0)
+    >>> from sluiceway.brokers import open_client                             # doctest: +SKIP
+    >>> from sluiceway.config.brokers import RedisSettings
+    >>> settings = RedisSettings(url="redis://127.0.0.1:6379/0")
+    >>> sender = Sender(open_client(settings), settings)
+    >>> sender.submit(Message("orders", "o-1", b"{}"), lambda outcome: print(outcome))
+    >>> sender.flush(5.0)  # messages not done yet
+    Ack(position=..., duplicate=False)
     0
+    >>> sender.close()
     """
 
     def __init__(
@@ -124,8 +131,10 @@ class Sender:
         may_send: Callable[[], bool] = lambda: True,
         stop_key_on_failure: bool = False,
         name: str = "",
+        clock: Clock | None = None,
     ) -> None:
         self.client = client
+        self.clock: Clock = clock or SystemClock()
         #: A failed message fails the messages queued behind it for the same key too (a sink that
         #: hands over whole batches: nothing of a key may be published after its failed record).
         self.stop_key_on_failure = stop_key_on_failure
@@ -151,7 +160,7 @@ class Sender:
         self._tasks: set[asyncio.Task[None]] = set()
         self._stop_event: asyncio.Event | None = None
         self._connect_lock: asyncio.Lock
-        self._warnings = WarningThrottle(log)
+        self._warnings = WarningThrottle(log, clock=self.clock.monotonic)
         self._thread = threading.Thread(
             target=self._run_loop, name=f"sluice-{self.broker}{'-' + name if name else ''}", daemon=True
         )
@@ -165,7 +174,7 @@ class Sender:
             self._outstanding += 1
             if self._drained.is_set():
                 self._drained.clear()
-        self._incoming.append(_Item(message, done, time.monotonic()))
+        self._incoming.append(_Item(message, done, self.clock.monotonic()))
         with self._wake_lock:
             if self._wake_pending:
                 return
@@ -240,7 +249,7 @@ class Sender:
                     return
                 outcomes = await self._attempt([item.message for item in batch])
                 retry: list[_Item] = []
-                now = time.monotonic()
+                now = self.clock.monotonic()
                 for item, outcome in zip(batch, outcomes, strict=True):
                     item.attempts += 1
                     if isinstance(outcome, Ack):

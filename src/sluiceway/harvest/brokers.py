@@ -15,6 +15,7 @@ import hashlib
 from collections.abc import Callable
 
 from sluiceway.brokers import Ack, Message, Sender, open_client
+from sluiceway.brokers.message import epoch_millis
 from sluiceway.config.brokers import NatsTarget, RabbitMqTarget, RedisTarget
 from sluiceway.db.dsn import parse_dsn
 from sluiceway.errors import BrokerError
@@ -34,14 +35,13 @@ def msg_id_prefix(target: Target, data_source: str, table: str) -> str:
 
 
 def to_message(record: MarkedRecord, prefix: str) -> Message:
-    stamp = record.create_time
     return Message(
         record.topic,
         record.key,
         record.value,
         tuple(record.headers),
         f"{prefix}{record.id}",
-        int(stamp.timestamp() * 1000) if stamp is not None else None,
+        epoch_millis(record.create_time),
     )
 
 

@@ -4,7 +4,10 @@
 >>> spec = PipelineSpec.from_yaml("orders.yaml")
 >>> Pipeline(spec).run(once=True)
 
-The data sources (``sluice-journal``, ``sluice-kafka``, ``sluice-outbox``) work on their own
+Sources: a journal, Kafka, an outbox table, a NATS JetStream stream, a Redis stream, PostgreSQL
+change data capture. Sinks: a journal, Kafka, PostgreSQL, parquet/json/csv files, the console, a
+feed, NATS JetStream, RabbitMQ, Redis. The data sources (``sluice-journal``, ``sluice-kafka``,
+``sluice-outbox``, ``sluice-nats``, ``sluice-redis``, ``sluice-postgres-cdc``) work on their own
 too, after ``register_sources(spark)``. See ``docs/pipeline.md``.
 """
 

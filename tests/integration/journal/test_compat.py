@@ -59,7 +59,12 @@ def batches(seg: str) -> list[parse.ParsedBatch]:
 
 def test_the_frozen_format1_encoder_matches_the_fixture() -> None:
     """``tests/support/journal_v1.py`` re-encodes every fixture batch to the very bytes format 1 wrote."""
-    for seg in sorted(FIXTURE.glob("*.seg")):
+    segments = sorted(FIXTURE.glob("*.seg"))
+    # The fixture is there, whole: an empty folder would let every check below pass unchecked.
+    assert [seg.name for seg in segments] == [fmt.segment_name(base) for base in EXPECTED["segments"]]
+    assert EXPECTED["records"], "v1_expected.json lists no records"
+    checked = 0
+    for seg in segments:
         buf = seg.read_bytes()
         header = fmt.decode_segment_header(buf)
         assert header.version == 1
@@ -79,6 +84,8 @@ def test_the_frozen_format1_encoder_matches_the_fixture() -> None:
                 flags=b.flags,
             )
             assert again == buf[b.pos : b.next_pos]
+            checked += len(recs)
+    assert checked == len(EXPECTED["records"])
 
 
 def test_a_format1_journal_reads_as_it_did(path: str) -> None:

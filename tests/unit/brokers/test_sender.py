@@ -130,17 +130,36 @@ def test_window_bounds_messages_awaiting_acknowledgement() -> None:
     assert 1 < client.max_in_flight <= 7
 
 
+class FakeClock:
+    """Local time moved by hand (``sluiceway.clock.Clock``)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
 def test_delivery_timeout_fails_a_message_the_broker_never_acknowledges() -> None:
+    clock = FakeClock()
     never = BrokerError("fake", "publish", "no acknowledgement in time", retriable=True)
-    client = FakeClient(lambda m, a: never if m.key == "k0" else Ack())
-    sender = Sender(client, settings(delivery_timeout=0.2))
+
+    def script(m: Message, attempt: int) -> Ack | BrokerError:
+        if m.key != "k0":
+            return Ack()
+        if attempt == 3:
+            clock.now = 30.0  # the third attempt outlasts the delivery timeout
+        return never
+
+    client = FakeClient(script, delay=0)
+    sender = Sender(client, settings(delivery_timeout=30.0, backoff=0, max_backoff=0), clock=clock)
     outcomes = submit_all(sender, messages(keys=2, per_key=1))
     assert sender.flush(5) == 0
     sender.close()
     assert isinstance(outcomes["k1/1"], Ack)
     failed = outcomes["k0/1"]
     assert isinstance(failed, BrokerError) and not failed.permanent
-    assert client.tries["k0/1"] > 2  # retried with backoff until the timeout
+    assert client.tries["k0/1"] == 3  # retried while within the timeout, failed at once past it
 
 
 def test_permanent_error_fails_at_once() -> None:

@@ -1,1 +1,2 @@
-"""Sink writers (journal, kafka, postgres, parquet/json/csv, console, feed) and the batch handler."""
+"""Sink writers (journal, kafka, postgres, parquet/json/csv, console, feed, and the brokers: nats,
+rabbitmq, redis) and the batch handler."""

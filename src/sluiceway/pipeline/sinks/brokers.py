@@ -12,15 +12,15 @@ record's fault (:func:`write_failure`): the write raises ``DestinationUnreachabl
 
 from __future__ import annotations
 
-from typing import Any
-
 import pyarrow as pa
 
 from sluiceway.brokers import Ack, Message, Sender, open_client
+from sluiceway.brokers.message import epoch_millis
 from sluiceway.config.brokers import BrokerSettings
 from sluiceway.errors import BrokerError
 from sluiceway.pipeline.errors import DestinationUnreachable, one_line
 from sluiceway.pipeline.record import header_pairs
+from sluiceway.pipeline.sinks.base import ClientSink
 
 
 def table_messages(table: pa.Table, topic: str | None, token: str) -> list[Message]:
@@ -38,28 +38,27 @@ def table_messages(table: pa.Table, topic: str | None, token: str) -> list[Messa
             values[i],
             tuple(header_pairs(headers[i])),
             f"{token}/{i}",
-            _millis(stamps[i]),
+            epoch_millis(stamps[i]),
         )
         for i in range(n)
     ]
 
 
-class BrokerSink:
+class BrokerSink(ClientSink[Sender]):
     """The sink writer for ``nats``, ``rabbitmq`` and ``redis`` sinks."""
 
     def __init__(self, settings: BrokerSettings, topic: str | None) -> None:
         self.settings = settings
         self.topic = topic
-        self._sender: Sender | None = None
 
     def write(self, table: pa.Table, token: str) -> None:
-        if table.num_rows == 0:
-            return
-        if self._sender is None:
-            self._sender = Sender(
-                open_client(self.settings), self.settings, stop_key_on_failure=True, name="sink"
-            )
-        sender = self._sender
+        if table.num_rows:  # an empty slice opens no connection
+            super().write(table, token)
+
+    def _open(self) -> Sender:
+        return Sender(open_client(self.settings), self.settings, stop_key_on_failure=True, name="sink")
+
+    def _write(self, sender: Sender, table: pa.Table, token: str) -> None:
         errors: list[BrokerError] = []
 
         def done(outcome: Ack | BrokerError) -> None:
@@ -70,13 +69,10 @@ class BrokerSink:
             sender.submit(message, done)
         left = sender.flush(self.settings.delivery_timeout + self.settings.ack_timeout + 5)
         if errors or left:
-            self.close()  # a fresh connection for the retry
-            raise write_failure(self.settings, errors, left)
+            raise write_failure(self.settings, errors, left)  # and a fresh connection for the retry
 
-    def close(self) -> None:
-        sender, self._sender = self._sender, None
-        if sender is not None:
-            sender.close()
+    def _release(self, sender: Sender) -> None:
+        sender.close()
 
 
 def write_failure(settings: BrokerSettings, errors: list[BrokerError], left: int) -> Exception:
@@ -99,7 +95,3 @@ def write_failure(settings: BrokerSettings, errors: list[BrokerError], left: int
             f"{settings.delivery_timeout + settings.ack_timeout:g}s"
         )
     return errors[0]
-
-
-def _millis(stamp: Any) -> int | None:
-    return int(stamp.timestamp() * 1000) if stamp is not None else None

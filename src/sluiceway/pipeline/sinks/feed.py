@@ -8,15 +8,19 @@ records as items of one partition instead.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 
 from sluiceway.errors import DatabaseRefusedError, DatabaseUnavailableError
 from sluiceway.pipeline.errors import DestinationUnreachable, one_line
+from sluiceway.pipeline.sinks.base import ClientSink
+
+if TYPE_CHECKING:
+    from sluiceway.feed import Feed
 
 
-class FeedSink:
+class FeedSink(ClientSink["Feed"]):
     def __init__(
         self,
         dsn: str,
@@ -31,38 +35,29 @@ class FeedSink:
         self.gate = gate
         self.prefix = prefix
         self.if_exists = if_exists
-        self._feed: Any = None
 
-    def write(self, table: pa.Table, token: str) -> None:
-        from sluiceway.feed import Feed, NewPartition
+    def _open(self) -> Feed:
+        from sluiceway.feed import Feed
 
-        if self._feed is None:
-            try:
-                self._feed = Feed(self.dsn, prefix=self.prefix)
-            except (DatabaseUnavailableError, DatabaseRefusedError) as exc:
-                raise _unreachable(exc) from None
+        return Feed(self.dsn, prefix=self.prefix)
+
+    def _write(self, feed: Feed, table: pa.Table, token: str) -> None:
+        from sluiceway.feed import NewPartition
+
         groups: dict[str, list[bytes]] = {}
         for row in table.select(["offset", "namespace", "key", "value"]).to_pylist():
             name = self.template.format(namespace=row["namespace"], key=row["key"], offset=row["offset"])
             groups.setdefault(name, []).append(row["value"] if row["value"] is not None else b"")
-        try:
-            self._feed.add_many(
-                [NewPartition(name, items, self.gate, None) for name, items in groups.items()],
-                if_exists=self.if_exists,
-            )
-        except (DatabaseUnavailableError, DatabaseRefusedError) as exc:
-            self.close()
-            raise _unreachable(exc) from exc
-        except BaseException:
-            self.close()
-            raise
+        feed.add_many(
+            [NewPartition(name, items, self.gate, None) for name, items in groups.items()],
+            if_exists=self.if_exists,
+        )
 
-    def close(self) -> None:
-        if self._feed is not None:
-            self._feed.close()
-            self._feed = None
+    def _release(self, feed: Feed) -> None:
+        feed.close()
 
-
-def _unreachable(exc: DatabaseUnavailableError | DatabaseRefusedError) -> DestinationUnreachable:
-    """Not the records' fault: the sink waits for the database (a refusal stops it at once)."""
-    return DestinationUnreachable(one_line(exc), permanent=isinstance(exc, DatabaseRefusedError))
+    def _failure(self, exc: Exception) -> Exception | None:
+        if isinstance(exc, DatabaseUnavailableError | DatabaseRefusedError):
+            # Not the records' fault: the sink waits for the database (a refusal stops it at once).
+            return DestinationUnreachable(one_line(exc), permanent=isinstance(exc, DatabaseRefusedError))
+        return None

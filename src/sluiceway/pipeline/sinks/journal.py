@@ -9,33 +9,28 @@ import pyarrow as pa
 
 from sluiceway.journal import Journal, JournalLockedError
 from sluiceway.pipeline.errors import DestinationUnreachable, file_system_fault
+from sluiceway.pipeline.sinks.base import ClientSink
 from sluiceway.pipeline.sources.journal import append_table, open_writer
 
 
-class JournalSink:
+class JournalSink(ClientSink[Journal]):
     def __init__(self, path: str, sink: str) -> None:
         self.path = path
         self.sink = sink
-        self._journal: Journal | None = None
 
-    def write(self, table: pa.Table, token: str) -> None:
-        try:
-            if self._journal is None:
-                self._journal = open_writer(self.path)
-            append_table(self._journal, table, self.sink, token)
-        except JournalLockedError as exc:
+    def _open(self) -> Journal:
+        return open_writer(self.path)
+
+    def _write(self, journal: Journal, table: pa.Table, token: str) -> None:
+        append_table(journal, table, self.sink, token)
+
+    def _release(self, journal: Journal) -> None:
+        # A failed append may leave the journal refusing appends until reopened: dropped then too.
+        journal.close()
+
+    def _failure(self, exc: Exception) -> Exception | None:
+        if isinstance(exc, JournalLockedError):
             # Another process writes to it (only one writer at a time): not a record's fault;
             # the sink waits for it (``retry.outage``), then stops saying so.
-            raise DestinationUnreachable(str(exc)) from exc
-        except BaseException as exc:
-            # A failed append may leave the journal refusing appends until reopened.
-            self.close()
-            fault = file_system_fault(exc, self.path) if isinstance(exc, Exception) else None
-            if fault is None:
-                raise
-            raise fault from exc
-
-    def close(self) -> None:
-        if self._journal is not None:
-            self._journal.close()
-            self._journal = None
+            return DestinationUnreachable(str(exc))
+        return file_system_fault(exc, self.path)

@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from sluiceway.pipeline.errors import DestinationUnreachable
+from sluiceway.pipeline.sinks.base import ClientSink
 from sluiceway.pipeline.sources.kafka import KafkaDeliveryError, produce_table
 
 #: The cluster is away, for now: librdkafka gave up waiting for it.
@@ -70,12 +71,11 @@ def failure(exc: KafkaDeliveryError, client_errors: list[Any], servers: str) -> 
     return exc
 
 
-class KafkaSink:
+class KafkaSink(ClientSink[Any]):
     def __init__(self, topic: str | None, config: dict[str, str]) -> None:
         self.topic = topic
         # Idempotent producer by default: broker-side retries cannot reorder or duplicate a key.
         self.config = {"enable.idempotence": "true", "linger.ms": "5", **config}
-        self._producer: Any = None
         # What librdkafka reports about the connection (its error callback runs inside flush()).
         self._client_errors: list[Any] = []
         self._lock = threading.Lock()
@@ -89,31 +89,27 @@ class KafkaSink:
         with self._lock:
             return any(err.code() in refused for err in self._client_errors)
 
-    def write(self, table: pa.Table, token: str) -> None:
-        if self._producer is None:
-            from confluent_kafka import Producer
+    def _open(self) -> Any:
+        from confluent_kafka import Producer
 
-            self._client_errors = []
-            self._producer = Producer({**self.config, "error_cb": self._client_error})
-        try:
-            produce_table(self._producer, table, self.topic, give_up=self._refused)
-        except KafkaDeliveryError as exc:
-            self._discard()
-            with self._lock:
-                seen = list(self._client_errors)
-            raise failure(exc, seen, self.config.get("bootstrap.servers", "")) from exc
-        except BaseException:
-            self._discard()  # a fresh producer after a failure: no stale queue, no fatal idempotence state
-            raise
+        self._client_errors = []
+        return Producer({**self.config, "error_cb": self._client_error})
 
-    def _discard(self) -> None:
-        """Drop the producer and what it still holds (the write is retried whole)."""
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            producer.purge()
-            producer.flush(0)
+    def _write(self, producer: Any, table: pa.Table, token: str) -> None:
+        produce_table(producer, table, self.topic, give_up=self._refused)
 
-    def close(self) -> None:
-        if self._producer is not None:
-            self._producer.flush(5)
-            self._producer = None
+    def _failure(self, exc: Exception) -> Exception | None:
+        if not isinstance(exc, KafkaDeliveryError):
+            return None
+        with self._lock:
+            seen = list(self._client_errors)
+        return failure(exc, seen, self.config.get("bootstrap.servers", ""))
+
+    def _discard(self, producer: Any) -> None:
+        """A fresh producer after a failure: no stale queue, no fatal idempotence state (the
+        write is retried whole)."""
+        producer.purge()
+        producer.flush(0)
+
+    def _release(self, producer: Any) -> None:
+        producer.flush(5)

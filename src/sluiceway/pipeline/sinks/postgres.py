@@ -19,6 +19,7 @@ from sluiceway.db.identifiers import check_identifier
 from sluiceway.db.queries import render
 from sluiceway.errors import DatabaseRefusedError, DatabaseUnavailableError
 from sluiceway.pipeline.errors import DestinationUnreachable, RecordRefused, one_line
+from sluiceway.pipeline.sinks.base import ClientSink
 
 PROGRESS_TABLE = "sluice_sink_progress"
 
@@ -57,14 +58,14 @@ def last_per_key(rows: list[dict[str, Any]], keys: list[str]) -> list[dict[str, 
     return list(latest.values())
 
 
-class PostgresSink:
+class PostgresSink(ClientSink[Database]):
     def __init__(self, dsn: str, table: str, key: str | list[str], sink: str, *, create: bool = True) -> None:
         self.dsn = dsn
         self.table = check_identifier(table)
         self.keys = [check_identifier(k, what="column") for k in ([key] if isinstance(key, str) else key)]
         self.sink = sink
         self.create = create
-        self._db: Database | None = None
+        #: The columns written, learnt on each new connection (None: not yet on this one).
         self._columns: list[str] | None = None
 
     def _sql(self, name: str, **raw: str) -> str:
@@ -72,9 +73,7 @@ class PostgresSink:
         sql = load_queries("sluiceway.pipeline.sinks", Dialect.POSTGRES)[name]
         return render(sql, Dialect.POSTGRES, table=self.table, progress=PROGRESS_TABLE, **raw)
 
-    def _connect(self, schema: pa.Schema) -> Database:
-        if self._db is not None:
-            return self._db
+    def _open(self) -> Database:
         db = Database(self.dsn)
         try:
             db.raw  # noqa: B018 - connect now: a failure here is the destination's, not a write's
@@ -83,7 +82,10 @@ class PostgresSink:
             # once), then stops saying so.
             permanent = isinstance(exc, DatabaseRefusedError)
             raise DestinationUnreachable(one_line(exc), permanent=permanent) from None
-        self._db = db
+        return db
+
+    def _prepare(self, db: Database, schema: pa.Schema) -> list[str]:
+        """Create the progress table (and the table, if asked); the columns to write."""
         db.execute(self._sql("create_progress"), what="create the sink's progress table")
         if self.create:
             columns = ", ".join(f"{q(f.name)} {pg_type(f.type)}" for f in schema)
@@ -100,37 +102,35 @@ class PostgresSink:
             raise DestinationUnreachable(
                 f"table {self.table!r} has no column {missing[0]!r} to upsert on", permanent=True
             )
-        self._columns = [f.name for f in schema if f.name in existing]
-        return db
+        return [f.name for f in schema if f.name in existing]
 
-    def write(self, table: pa.Table, token: str) -> None:
-        try:
-            db = self._connect(table.schema)
-            assert self._columns is not None
-            cols = self._columns
-            wanted = cols + [c for c in ("op", "namespace") if c not in cols and c in table.column_names]
-            rows = table.select(wanted).to_pylist()
-            nested = {f.name for f in table.schema if pa.types.is_nested(f.type)}
-            with db.transaction():
-                done = db.fetchone(self._sql("lock_progress"), {"sink": self.sink}, what="read sink progress")
-                if done is not None and done[0] == token:
-                    return  # this exact write already committed: a replay
-                for segment, truncate in _segments(rows):
-                    self._apply(db, segment, cols, nested)
-                    if truncate is not None:
-                        self._truncate(db, truncate, cols)
-                db.execute(
-                    self._sql("save_progress"), {"sink": self.sink, "token": token}, what="save sink progress"
-                )
-        except DatabaseUnavailableError as exc:
-            self.close()  # the connection dropped mid-write (a restart, a network cut): wait for it
-            raise DestinationUnreachable(f"lost the connection: {one_line(exc)}") from exc
-        except DatabaseRefusedError as exc:
-            self.close()  # no privilege on the table (42501): the destination's set-up, not a record
-            raise DestinationUnreachable(one_line(exc), permanent=True) from exc
-        except BaseException:
-            self.close()  # a record's error (DatabaseError, RecordRefused) or ours: a fresh start
-            raise
+    def _write(self, db: Database, table: pa.Table, token: str) -> None:
+        if self._columns is None:
+            self._columns = self._prepare(db, table.schema)
+        cols = self._columns
+        wanted = cols + [c for c in ("op", "namespace") if c not in cols and c in table.column_names]
+        rows = table.select(wanted).to_pylist()
+        nested = {f.name for f in table.schema if pa.types.is_nested(f.type)}
+        with db.transaction():
+            done = db.fetchone(self._sql("lock_progress"), {"sink": self.sink}, what="read sink progress")
+            if done is not None and done[0] == token:
+                return  # this exact write already committed: a replay
+            for segment, truncate in _segments(rows):
+                self._apply(db, segment, cols, nested)
+                if truncate is not None:
+                    self._truncate(db, truncate, cols)
+            db.execute(
+                self._sql("save_progress"), {"sink": self.sink, "token": token}, what="save sink progress"
+            )
+
+    def _failure(self, exc: Exception) -> Exception | None:
+        if isinstance(exc, DatabaseUnavailableError):
+            # The connection dropped mid-write (a restart, a network cut): wait for it.
+            return DestinationUnreachable(f"lost the connection: {one_line(exc)}")
+        if isinstance(exc, DatabaseRefusedError):
+            # No privilege on the table (42501): the destination's set-up, not a record.
+            return DestinationUnreachable(one_line(exc), permanent=True)
+        return None  # a record's error (DatabaseError, RecordRefused), or ours
 
     def _apply(self, db: Database, rows: list[dict[str, Any]], cols: list[str], nested: set[str]) -> None:
         from psycopg.types.json import Jsonb  # the one driver type: nested values as JSONB
@@ -170,10 +170,9 @@ class PostgresSink:
             )
         db.execute(self._sql("truncate_namespace"), {"namespace": namespace}, what=f"truncate {namespace}")
 
-    def close(self) -> None:
-        db, self._db = self._db, None
-        if db is not None:
-            db.close()
+    def _release(self, db: Database) -> None:
+        self._columns = None
+        db.close()
 
 
 def _segments(rows: list[dict[str, Any]]) -> list[tuple[list[dict[str, Any]], str | None]]:

@@ -6,12 +6,15 @@ picklable dataclasses; clients are created inside ``read``/``write`` on the exec
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, ClassVar
+
+import pyarrow as pa
 
 from sluiceway.pipeline.errors import SourceOptionError
 from sluiceway.pipeline.offsets import parse_max_records
-from sluiceway.pipeline.record import RECORD_SCHEMA
+from sluiceway.pipeline.record import RECORD_SCHEMA, with_delete_ops
 
 from pyspark.sql.datasource import DataSource  # isort: skip
 
@@ -21,6 +24,30 @@ def spark_record_schema() -> Any:
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return from_arrow_schema(RECORD_SCHEMA)
+
+
+#: What a broker adapter reads back from a message: (key, value, headers), the harvester's mapping.
+Decoded = tuple[str, bytes | None, Sequence[tuple[str, str]]]
+
+
+def message_row(offset: int, namespace: str, decoded: Decoded, timestamp: datetime) -> dict[str, Any]:
+    """One broker message (NATS, Redis) as a record row; ``decoded`` from the adapter
+    (``from_nats``, ``from_fields``). A tombstone's ``op`` is set by :func:`record_batch`."""
+    key, value, headers = decoded
+    return {
+        "offset": offset,
+        "namespace": namespace,
+        "op": "insert",
+        "key": key,
+        "value": value,
+        "headers": [{"key": k, "value": v} for k, v in headers],
+        "timestamp": timestamp,
+    }
+
+
+def record_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
+    """Record rows as an Arrow batch of the record schema, tombstones as ``delete``."""
+    return with_delete_ops(pa.RecordBatch.from_pylist(rows, schema=RECORD_SCHEMA))
 
 
 def option(options: Mapping[str, Any], name: str, default: str | None = None) -> str | None:

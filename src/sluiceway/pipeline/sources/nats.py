@@ -26,8 +26,16 @@ import pyarrow as pa
 
 from sluiceway.brokers.nats import from_nats, map_error
 from sluiceway.pipeline.offsets import next_end
-from sluiceway.pipeline.record import RECORD_SCHEMA, with_delete_ops
-from sluiceway.pipeline.sources.common import RecordSource, limit_rows, max_records, option, required
+from sluiceway.pipeline.sources.common import (
+    RecordSource,
+    float_option,
+    limit_rows,
+    max_records,
+    message_row,
+    option,
+    record_batch,
+    required,
+)
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition  # isort: skip
 from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow  # isort: skip
@@ -99,18 +107,8 @@ async def _read(part: NatsPartition, poll_timeout: float) -> list[dict[str, Any]
                     if seq >= part.hi:
                         done = True
                         break
-                    key, value, headers = from_nats(msg.headers, msg.data)
-                    rows.append(
-                        {
-                            "offset": seq,
-                            "namespace": msg.subject,
-                            "op": "insert",
-                            "key": key,
-                            "value": value,
-                            "headers": [{"key": k, "value": v} for k, v in headers],
-                            "timestamp": meta.timestamp,
-                        }
-                    )
+                    decoded = from_nats(msg.headers, msg.data)
+                    rows.append(message_row(seq, msg.subject, decoded, meta.timestamp))
                     if seq + 1 >= part.hi or meta.num_pending == 0:
                         done = True
                         break
@@ -129,7 +127,7 @@ def read_range(part: NatsPartition, poll_timeout: float = 2.0) -> Iterator[pa.Re
     """The stream's messages with ``lo <= sequence < hi`` as Arrow batches (executor side)."""
     rows = asyncio.run(_read(part, poll_timeout))
     for i in range(0, len(rows), 65_536):
-        yield with_delete_ops(pa.RecordBatch.from_pylist(rows[i : i + 65_536], schema=RECORD_SCHEMA))
+        yield record_batch(rows[i : i + 65_536])
 
 
 def _servers(options: Any) -> list[str]:
@@ -144,7 +142,7 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.subject = option(options, "subject")
         self.starting = (option(options, "startingOffset", "earliest") or "earliest").lower()
         self.max_rows = max_records(options)
-        self.poll_timeout = float(option(options, "pollTimeout") or 2.0)
+        self.poll_timeout = float_option(options, "pollTimeout", 2.0)
         self.target: int | None = None
 
     def initialOffset(self) -> dict[str, int]:

@@ -28,8 +28,15 @@ import pyarrow as pa
 
 from sluiceway.brokers.redis import entry_offset, from_fields, map_error, raw_stream_replies
 from sluiceway.pipeline.errors import SourceOptionError
-from sluiceway.pipeline.record import RECORD_SCHEMA, with_delete_ops
-from sluiceway.pipeline.sources.common import RecordSource, limit_rows, max_records, option, required
+from sluiceway.pipeline.sources.common import (
+    RecordSource,
+    limit_rows,
+    max_records,
+    message_row,
+    option,
+    record_batch,
+    required,
+)
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition  # isort: skip
 from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow  # isort: skip
@@ -111,19 +118,9 @@ def read_range(part: RedisPartition) -> Iterator[pa.RecordBatch]:
             rows = []
             for raw_id, fields in entries:
                 entry_id = _text(raw_id)
-                key, value, headers = from_fields(fields)
-                rows.append(
-                    {
-                        "offset": entry_offset(entry_id),
-                        "namespace": part.stream,
-                        "op": "insert",
-                        "key": key,
-                        "value": value,
-                        "headers": [{"key": k, "value": v} for k, v in headers],
-                        "timestamp": datetime.fromtimestamp(id_order(entry_id)[0] / 1000, UTC),
-                    }
-                )
-            yield with_delete_ops(pa.RecordBatch.from_pylist(rows, schema=RECORD_SCHEMA))
+                stamp = datetime.fromtimestamp(id_order(entry_id)[0] / 1000, UTC)
+                rows.append(message_row(entry_offset(entry_id), part.stream, from_fields(fields), stamp))
+            yield record_batch(rows)
             if len(entries) < _CHUNK:
                 return
             start = "(" + _text(entries[-1][0])
