@@ -48,11 +48,13 @@ class DatabaseError(SluicewayError):
     """A database call failed. It may still have succeeded on the server (assume it might have).
 
     ``code`` is the driver's error code when there is one: the SQLSTATE (PostgreSQL), the error
-    number (MySQL/MariaDB) or the extended result code name (SQLite, ``SQLITE_BUSY``).
+    number (MySQL/MariaDB) or the extended result code name (SQLite, ``SQLITE_BUSY``); ``detail``
+    the driver's own first line (the server's message), for one-line errors that quote it.
     """
 
-    def __init__(self, message: str = "", *, code: str | None = None) -> None:
+    def __init__(self, message: str = "", *, code: str | None = None, detail: str = "") -> None:
         self.code = code
+        self.detail = detail
         super().__init__(message)
 
 

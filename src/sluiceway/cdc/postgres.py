@@ -283,8 +283,7 @@ class CdcSession:
         try:
             self._rows(statement, None, "cdc: publication")
         except DatabaseError as exc:
-            cause = str(exc).split(": ", 2)[-1].splitlines()[0]
-            raise CdcError(f"{problem} ({cause}); as the tables' owner, run: {statement}") from exc
+            raise CdcError(f"{problem} ({exc.detail}); as the tables' owner, run: {statement}") from exc
 
     def slot(self, name: str) -> SlotInfo | None:
         row = self.one("slot", {"slot": name})

@@ -133,7 +133,9 @@ def map_db_error(exc: BaseException, what: str) -> SluicewayError:
     if isinstance(exc, SluicewayError):
         return exc
     cls, code = _classify(exc)
-    return cls(f"{what}: {type(exc).__name__}: {str(exc).strip()}", code=code)
+    text = str(exc).strip()
+    detail = text.splitlines()[0] if text else type(exc).__name__
+    return cls(f"{what}: {type(exc).__name__}: {text}", code=code, detail=detail)
 
 
 def open_raw(source: DataSource, *, connect_timeout: float = 5.0, read_only: bool = False) -> Any:
