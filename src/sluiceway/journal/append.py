@@ -177,6 +177,9 @@ _MAX_RECORDS_BYTES = MAX_FRAME_BYTES - BATCH_HEADER_SIZE  # without register upd
 _BULK_MIN = 32  # write_many checks types column-wise (not record by record) from this many records
 # Transaction states; OPEN is 0 so the per-record check is a plain truth test.
 _OPEN, _COMMITTING, _COMMITTED, _ABORTED, _FAILED = range(5)
+# Open, holding write_arrow's column pieces: non-zero, so the per-record check in write() sends
+# it off the fast path once, to turn the pieces into lists (_writable) — no cost per record.
+_ARROW = 5
 
 
 class AppendTransaction:
@@ -240,9 +243,7 @@ class AppendTransaction:
         ...     tx.write("order-1", '{"total": 12}', namespace="orders")
         """
         if self._state:
-            self._not_open()
-        if self._arrow:
-            self._unpack_arrow()
+            self._writable()
         # Exact-type fast paths with the odd cases handled off the main line: this runs once
         # per record and is most of an append's CPU time.
         if type(key) is not str:
@@ -280,9 +281,7 @@ class AppendTransaction:
         record is invalid, none of this call's records are added.
         """
         if self._state:
-            self._not_open()
-        if self._arrow:
-            self._unpack_arrow()
+            self._writable()
         try:
             nsb = _encode_namespace(namespace) if namespace else b""
         except UnicodeEncodeError as exc:
@@ -347,7 +346,7 @@ class AppendTransaction:
         ...     for batch in other_journal.read_arrow(0, 1000):
         ...         tx.write_arrow(batch)
         """
-        if self._state:
+        if self._state and self._state != _ARROW:
             self._not_open()
         from sluiceway.journal.columns import arrow_piece
 
@@ -356,6 +355,7 @@ class AppendTransaction:
         if piece.n:
             self._arrow.append(piece)
             self._nulls = self._nulls or piece.nulls is not None
+            self._state = _ARROW
         return piece.n
 
     def _unpack_arrow(self) -> None:
@@ -374,6 +374,14 @@ class AppendTransaction:
             self._headers.extend(_split(piece.header_data, piece.header_lens))
             self._timestamps.extend(piece.timestamps.tolist())
         self._arrow = []
+        if self._state == _ARROW:
+            self._state = _OPEN
+
+    def _writable(self) -> None:
+        """Off the fast path: pieces to turn into lists first, or the append is not open."""
+        if self._state != _ARROW:
+            self._not_open()
+        self._unpack_arrow()
 
     def _not_open(self) -> None:
         if self._state == _ABORTED:
@@ -389,7 +397,7 @@ class AppendTransaction:
 
     def abort(self) -> None:
         """Discard the append. Leaving the ``with`` block afterwards commits nothing."""
-        if self._state == _OPEN:
+        if self._state in (_OPEN, _ARROW):
             self._state = _ABORTED
             self._clear()
 
@@ -424,7 +432,7 @@ class AppendTransaction:
 
     def commit(self) -> range:
         """Commit now (the ``with`` block does this on exit) and return the assigned offsets."""
-        if self._state:
+        if self._state and self._state != _ARROW:
             self._not_open()
         self._state = _COMMITTING
         try:
@@ -457,7 +465,7 @@ class AppendTransaction:
     ) -> None:
         if exc_type is not None:
             self.abort()
-        elif self._state == _OPEN:
+        elif self._state in (_OPEN, _ARROW):
             self.commit()
 
 
