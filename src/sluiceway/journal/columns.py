@@ -1,10 +1,9 @@
 """Records in as Arrow columns: the write-side twin of ``read_arrow``.
 
 :meth:`AppendTransaction.write_arrow <sluiceway.journal.append.AppendTransaction.write_arrow>`
-takes a table shaped like what ``read_arrow`` returns and turns it into the transaction's
-columns without a Python object per field: keys, values and namespaces leave Arrow as bytes in
-one call each, timestamps as integers, and header lists are encoded once per distinct list (a
-batch's records mostly share a few).
+takes a table shaped like what ``read_arrow`` returns and turns it into one column piece
+(:class:`~sluiceway.journal.encode.ColumnPiece`) without a Python object per record: each
+field's lengths as one array and its bytes back to back, header lists encoded column-wise.
 
 Columns used (others, such as ``offset``, are ignored):
 
@@ -19,7 +18,6 @@ Columns used (others, such as ``offset``, are ignored):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,46 +27,6 @@ import pyarrow.compute as pc
 from sluiceway.journal.encode import ColumnPiece
 from sluiceway.journal.errors import InvalidJournalRecord
 from sluiceway.journal.format import MAX_NAMESPACE_BYTES
-
-
-@dataclass(frozen=True, slots=True)
-class Columns:
-    """One append's worth of records, as the transaction keeps them."""
-
-    keys: list[bytes]
-    values: list[bytes | None]
-    namespaces: list[bytes]
-    headers: list[bytes]
-    #: Microseconds since the epoch; None where the record takes the append's clock.
-    timestamps: list[int | None]
-    nulls: bool
-
-
-def arrow_columns(table: pa.Table | pa.RecordBatch) -> Columns:
-    """The records of ``table`` as columns; :class:`InvalidJournalRecord` names what is wrong."""
-    names = set(table.schema.names)
-    for required in ("key", "value"):
-        if required not in names:
-            raise InvalidJournalRecord(required, f"the table has no {required!r} column")
-    n = table.num_rows
-    key = _column(table, "key")
-    if key.null_count:
-        raise InvalidJournalRecord("key", "must not be null")
-    value = _column(table, "value")
-    namespaces: list[bytes] = [b""] * n
-    if "namespace" in names:
-        ns = pc.fill_null(_as_binary(_column(table, "namespace"), "namespace"), b"")
-        if n and pc.max(pc.binary_length(ns)).as_py() > MAX_NAMESPACE_BYTES:
-            raise InvalidJournalRecord("namespace", f"longer than {MAX_NAMESPACE_BYTES} bytes")
-        namespaces = ns.to_pylist()
-    return Columns(
-        keys=_as_binary(key, "key").to_pylist(),
-        values=_as_binary(value, "value").to_pylist(),
-        namespaces=namespaces,
-        headers=_headers(_column(table, "headers")) if "headers" in names else [b""] * n,
-        timestamps=_timestamps(_column(table, "timestamp")) if "timestamp" in names else [None] * n,
-        nulls=value.null_count > 0,
-    )
 
 
 def arrow_piece(table: pa.Table | pa.RecordBatch, now: int) -> ColumnPiece:
@@ -139,13 +97,6 @@ def _as_binary(col: pa.Array, field: str) -> pa.Array:
     raise InvalidJournalRecord(field, f"must be a string or binary column, got {kind}")
 
 
-def _headers(col: pa.Array) -> list[bytes]:
-    """Each row's header list as an encoded pairs block (``format.encode_pairs``)."""
-    blocks = _header_array(col)
-    out: list[bytes] = [b""] * len(col) if blocks is None else blocks.to_pylist()
-    return out
-
-
 def _header_blocks(col: pa.Array) -> tuple[np.ndarray, bytes]:
     """The encoded header blocks' lengths and bytes, back to back."""
     blocks = _header_array(col)
@@ -212,11 +163,6 @@ def _fixed(data: np.ndarray, sizes: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(
         pa.large_binary(), len(sizes), [None, pa.py_buffer(bounds), pa.py_buffer(data.tobytes())]
     )
-
-
-def _timestamps(col: pa.Array) -> list[int | None]:
-    out: list[int | None] = _timestamp_array(col).to_pylist()
-    return out
 
 
 def _timestamp_array(col: pa.Array) -> pa.Array:

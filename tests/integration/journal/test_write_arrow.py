@@ -64,6 +64,17 @@ SCHEMA = pa.schema(
 )
 
 
+def write_each(journal: Journal, rows: list[dict[str, Any]]) -> None:
+    """``rows`` as one append written record by record (the reference for write_arrow)."""
+    with journal.append() as tx:
+        for r in rows:
+            headers = [(h["key"], h["value"] or "") for h in r["headers"] or []]
+            tx.write(
+                r["key"], r["value"], headers=headers or None, namespace=r["namespace"] or "",
+                timestamp=r["timestamp"],
+            )  # fmt: skip
+
+
 def table(rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist([{"offset": i, **r} for i, r in enumerate(rows)], schema=SCHEMA)
 
@@ -72,16 +83,7 @@ def test_the_same_records_as_write_one_by_one(journal: Journal, tmp_path: Path) 
     with journal.append() as tx:
         assert tx.write_arrow(table(ROWS)) == len(ROWS)
     with Journal.open(str(tmp_path / "by-record")) as reference:
-        with reference.append() as tx:
-            for r in ROWS:
-                headers = [(h["key"], h["value"] or "") for h in r["headers"] or []]
-                tx.write(
-                    r["key"],
-                    r["value"],
-                    headers=headers or None,
-                    namespace=r["namespace"] or "",
-                    timestamp=r["timestamp"],
-                )
+        write_each(reference, ROWS)
         assert fields(journal) == fields(reference)
     assert fields(journal)[3][3] == [("a", "1"), ("b", ""), ("a", "2")]
 
@@ -160,17 +162,8 @@ def test_big_arrow_appends_mixed_with_write_store_the_same_records(journal: Jour
         tx.write_arrow(table(many))
         assert tx.count == len(many)
     with Journal.open(str(tmp_path / "by-record")) as reference:
-        for batch in ([*many, {"namespace": "orders", "key": "solo", "value": b"s", "headers": [],
-                               "timestamp": T0}, *many], many):  # fmt: skip
-            with reference.append() as tx:
-                for r in batch:
-                    headers = [(h["key"], h["value"] or "") for h in r["headers"] or []]
-                    tx.write(
-                        r["key"],
-                        r["value"],
-                        headers=headers or None,
-                        namespace=r["namespace"] or "",
-                        timestamp=r["timestamp"],
-                    )
+        solo = {"namespace": "orders", "key": "solo", "value": b"s", "headers": [], "timestamp": T0}
+        write_each(reference, [*many, solo, *many])
+        write_each(reference, many)
         assert fields(journal) == fields(reference)
     assert len(fields(journal)) == 3 * len(many) + 1

@@ -75,6 +75,16 @@ def sink_table(dsn: str, table: str) -> dict[tuple[str, str], Any]:
     return {(ns, key): json.loads(bytes(value)) for ns, key, value in rows}
 
 
+def create_sink_table(dsn: str, table: str) -> None:
+    """The table a postgres sink with ``create: false`` needs (the record's columns, keyed by
+    namespace and key): created by hand to bring a stopped sink back."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            f'CREATE TABLE {table} ("offset" bigint, namespace text, op text, key text, value bytea, '
+            "headers jsonb, timestamp timestamptz, PRIMARY KEY (namespace, key))"
+        )
+
+
 def committed_offset(spec: PipelineSpec, sink: str) -> int:
     """How far the sink has read the capture's journal (its committed offset)."""
     cp = read_checkpoint(spec.checkpoint_dir(sink))
@@ -155,11 +165,7 @@ def test_a_failing_sink_holds_only_the_journal_never_the_slot_and_catches_up(
     assert before < slot_confirmed(cdc_dsn, "held_slot") <= held
     assert read_checkpoint(pipeline_spec.checkpoint_dir("db")).committed is None
 
-    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        conn.execute(
-            'CREATE TABLE held_copy ("offset" bigint, namespace text, op text, key text, value bytea, '
-            "headers jsonb, timestamp timestamptz, PRIMARY KEY (namespace, key))"
-        )
+    create_sink_table(postgres_dsn, "held_copy")
     again = Pipeline(pipeline_spec, spark).run(once=True, handle_signals=False)
     assert {r.state for r in again.values()} == {"finished"}, again
     head, held = capture_log(pipeline_spec)
@@ -264,11 +270,7 @@ def test_a_stopped_sink_holds_no_wal_under_a_steady_writer_then_catches_up(
     assert read_checkpoint(pipeline_spec.checkpoint_dir("db")).committed is None
 
     # The sink comes back: it catches up from the journal and equals the source.
-    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
-        conn.execute(
-            'CREATE TABLE stopped_copy ("offset" bigint, namespace text, op text, key text, value bytea, '
-            "headers jsonb, timestamp timestamptz, PRIMARY KEY (namespace, key))"
-        )
+    create_sink_table(postgres_dsn, "stopped_copy")
     again = Pipeline(pipeline_spec, spark).run(once=True, handle_signals=False)
     assert {r.state for r in again.values()} == {"finished"}, again
     expected = source_state(cdc_dsn, ["public.ticks"])
