@@ -17,19 +17,9 @@ from sluiceway.feed import Feed
 from sluiceway.harvest.events import Stats
 from sluiceway.outbox import init_outbox
 from tests.support import ROOT
+from tests.support.cli import sluice
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def sluice(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sluiceway.cli.main", *args],
-        cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def one_error_line(result: subprocess.CompletedProcess[str]) -> str:

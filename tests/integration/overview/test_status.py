@@ -4,30 +4,16 @@ checked against what the test put there (tests/support/overview.py says what tha
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.support import ROOT
+from tests.support.cli import sluice
 from tests.support.overview import DEAD, HEAD, IN_FLIGHT, ROWS, build
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def sluice(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sluiceway.cli.main", *args],
-        cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def status_json(config: Path) -> dict[str, Any]:
