@@ -37,8 +37,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import pyarrow as pa
-
 from sluiceway.cdc.assemble import assemble
 from sluiceway.cdc.errors import CdcError, LostChangesError, SlotInUseError, StreamInterrupted
 from sluiceway.cdc.model import Row, TableInfo
@@ -49,6 +47,7 @@ from sluiceway.cdc.stream import ReplicationStream, StreamOptions, local_socket_
 from sluiceway.cdc.target import CaptureTarget
 from sluiceway.cdc.watermark import Watermark
 from sluiceway.cdc.watermark import prefix as watermark_prefix
+from sluiceway.journal.arrow import empty_batch
 
 log = logging.getLogger("sluiceway.cdc")
 
@@ -162,7 +161,7 @@ class Capture:
         held = self.target.position()
         if held is None:
             # A new target: it starts where the slot is (created now, or kept from before).
-            self.target.append(_empty(), info.confirmed)
+            self.target.append(empty_batch(), info.confirmed)
             held = info.confirmed
         elif info.confirmed > held or (created and info.confirmed != held):
             raise LostChangesError(
@@ -228,13 +227,13 @@ class Capture:
             if waiting or not units:
                 handover = stream.take(0.05)
             else:
-                handover = stream.take_nowait()
+                handover = stream.take()
                 if not handover and gathered < self.options.linger_rows:
                     left = first_at + self.options.linger - time.monotonic()
                     if left > 0:
                         handover = stream.take(left)
             if handover is None:
-                raise _stream_error(stream)
+                raise stream.error or StreamInterrupted("the replication stream ended")
             if handover and not units:
                 first_at = time.monotonic()
             for row in handover:
@@ -435,29 +434,3 @@ def _track_relations(rows: list[Row], relations: dict[int, Row]) -> None:
     for row in rows:
         if row[2][0] == 0x52:  # 'R'
             relations[_RELID.unpack_from(row[2], 1)[0]] = row
-
-
-def _empty() -> pa.RecordBatch:
-    from sluiceway.journal.record import ARROW_SCHEMA
-
-    return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
-
-
-def _stream_error(stream: ReplicationStream) -> CdcError:
-    error = stream.error
-    if error is None:
-        return StreamInterrupted("the replication stream ended")
-    text = str(error).strip().splitlines()
-    reason = text[0] if text else type(error).__name__
-    import psycopg2
-
-    # A lost connection is transient (the server restarts, a network cut): libpq's own errors
-    # carry no SQLSTATE, and the server's shutdown and connection ones are classes 57 and 08.
-    # Anything else the server reports — a slot dropped while we read it — is for the operator;
-    # the reconnect's checks would name it anyway.
-    code = getattr(error, "pgcode", None) or ""
-    lost = isinstance(error, psycopg2.Error) and (not code or code[:2] in ("57", "08"))
-    kind = StreamInterrupted if lost else CdcError
-    err = kind(f"the replication stream from slot {stream.options.slot!r} ended: {reason}")
-    err.__cause__ = error
-    return err
