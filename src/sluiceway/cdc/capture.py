@@ -37,6 +37,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+
 from sluiceway.cdc.assemble import assemble
 from sluiceway.cdc.errors import CdcError, LostChangesError, SlotInUseError, StreamInterrupted
 from sluiceway.cdc.model import Row, TableInfo
@@ -47,7 +49,6 @@ from sluiceway.cdc.stream import ReplicationStream, StreamOptions, local_socket_
 from sluiceway.cdc.target import CaptureTarget
 from sluiceway.cdc.watermark import Watermark
 from sluiceway.cdc.watermark import prefix as watermark_prefix
-from sluiceway.journal.arrow import empty_batch
 
 log = logging.getLogger("sluiceway.cdc")
 
@@ -116,8 +117,6 @@ class Capture:
     appended: int = 0
     _session: CdcSession | None = field(default=None, repr=False)
     _tables: list[TableSpec] = field(default_factory=list, repr=False)
-    #: What each captured table's record key is made of (set by prepare()).
-    _infos: dict[str, TableInfo] = field(default_factory=dict, repr=False)
     _stream: ReplicationStream | None = field(default=None, repr=False)
     _copier: threading.Thread | None = field(default=None, repr=False)
     _copy_error: BaseException | None = field(default=None, repr=False)
@@ -131,7 +130,7 @@ class Capture:
 
     @property
     def store(self) -> SourceState:
-        return SourceState(self.options.state_dir)  # a path holder: nothing read until asked
+        return SourceState(self.options.state_dir)
 
     @property
     def session(self) -> CdcSession:
@@ -145,7 +144,6 @@ class Capture:
         opts, session = self.options, self.session
         session.check_server()
         self._tables = session.resolve_tables(opts.tables)
-        self._infos = {t.namespace: TableInfo(t.key) for t in self._tables}
         session.ensure_publication(opts.publication, self._tables)  # before the slot (pgoutput)
         info, created = session.ensure_slot(opts.slot)
         deadline = time.monotonic() + opts.busy_timeout
@@ -161,7 +159,7 @@ class Capture:
         held = self.target.position()
         if held is None:
             # A new target: it starts where the slot is (created now, or kept from before).
-            self.target.append(empty_batch(), info.confirmed)
+            self.target.append(_empty(), info.confirmed)
             held = info.confirmed
         elif info.confirmed > held or (created and info.confirmed != held):
             raise LostChangesError(
@@ -227,14 +225,13 @@ class Capture:
             if waiting or not units:
                 handover = stream.take(0.05)
             else:
-                handover = stream.take()
-                # (None is the end of the stream: it must not be waited past.)
-                if handover == [] and gathered < self.options.linger_rows:
+                handover = stream.take_nowait()
+                if not handover and gathered < self.options.linger_rows:
                     left = first_at + self.options.linger - time.monotonic()
                     if left > 0:
                         handover = stream.take(left)
             if handover is None:
-                raise stream.error or StreamInterrupted("the replication stream ended")
+                raise _stream_error(stream)
             if handover and not units:
                 first_at = time.monotonic()
             for row in handover:
@@ -300,6 +297,10 @@ class Capture:
             self.position = max(self.position, asm.end)
             self._moved.notify_all()
         return consumed
+
+    @property
+    def _infos(self) -> dict[str, TableInfo]:
+        return {t.namespace: TableInfo(t.key) for t in self._tables}
 
     def _heartbeat(self, stream: ReplicationStream) -> None:
         if stream.wal_end - self.position >= self.options.heartbeat_bytes:
@@ -435,3 +436,29 @@ def _track_relations(rows: list[Row], relations: dict[int, Row]) -> None:
     for row in rows:
         if row[2][0] == 0x52:  # 'R'
             relations[_RELID.unpack_from(row[2], 1)[0]] = row
+
+
+def _empty() -> pa.RecordBatch:
+    from sluiceway.journal.record import ARROW_SCHEMA
+
+    return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
+
+
+def _stream_error(stream: ReplicationStream) -> CdcError:
+    error = stream.error
+    if error is None:
+        return StreamInterrupted("the replication stream ended")
+    text = str(error).strip().splitlines()
+    reason = text[0] if text else type(error).__name__
+    import psycopg2
+
+    # A lost connection is transient (the server restarts, a network cut): libpq's own errors
+    # carry no SQLSTATE, and the server's shutdown and connection ones are classes 57 and 08.
+    # Anything else the server reports — a slot dropped while we read it — is for the operator;
+    # the reconnect's checks would name it anyway.
+    code = getattr(error, "pgcode", None) or ""
+    lost = isinstance(error, psycopg2.Error) and (not code or code[:2] in ("57", "08"))
+    kind = StreamInterrupted if lost else CdcError
+    err = kind(f"the replication stream from slot {stream.options.slot!r} ended: {reason}")
+    err.__cause__ = error
+    return err

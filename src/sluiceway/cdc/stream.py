@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluiceway.cdc.errors import CdcError, StreamInterrupted
+from sluiceway.cdc.errors import CdcError
 
 log = logging.getLogger("sluiceway.cdc")
 
@@ -71,8 +71,8 @@ class ReplicationStream:
     _stop: threading.Event = field(default_factory=threading.Event, init=False)
     _confirmed: int = field(default=0, init=False)
     _confirm_now: threading.Event = field(default_factory=threading.Event, init=False)
-    #: Why the stream ended, if it failed (mapped: see :func:`_mapped`).
-    error: CdcError | None = field(default=None, init=False)
+    #: Why the stream ended, if it failed.
+    error: BaseException | None = field(default=None, init=False)
     #: The server's WAL end as of the last message or keepalive.
     wal_end: int = field(default=0, init=False)
     _conn: Any = field(default=None, init=False, repr=False)
@@ -104,11 +104,16 @@ class ReplicationStream:
         )
         self._thread.start()
 
-    def take(self, timeout: float = 0.0) -> Handover:
-        """The next hand-over, waiting up to ``timeout`` (0: not at all); ``[]`` when none came,
-        ``None`` when the stream ended (see :attr:`error`)."""
+    def take(self, timeout: float) -> Handover | list[Message]:
+        """The next hand-over (``[]`` when none came within ``timeout``; ``None``: the stream ended)."""
         try:
-            return self._queue.get(timeout > 0, timeout or None)
+            return self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return []
+
+    def take_nowait(self) -> Handover | list[Message]:
+        try:
+            return self._queue.get_nowait()
         except queue.Empty:
             return []
 
@@ -117,6 +122,10 @@ class ReplicationStream:
         if position > self._confirmed:
             self._confirmed = position
             self._confirm_now.set()
+
+    @property
+    def confirmed(self) -> int:
+        return self._confirmed
 
     def stop(self) -> None:
         self._stop.set()
@@ -180,10 +189,9 @@ class ReplicationStream:
                     select.select([fileno], [], [], 0.02 if self._confirm_now.is_set() else 0.1)
             # Stopping: tell the server what the target holds before the connection goes.
             self._status(cursor)
-        except Exception as exc:
+        except BaseException as exc:
             if not self._stop.is_set():
-                self.error = _mapped(exc, f"the replication stream from slot {self.options.slot!r} ended")
-                self.error.__cause__ = exc
+                self.error = exc
         finally:
             self._put(None)
 
@@ -218,21 +226,7 @@ def _first(exc: BaseException) -> str:
 
 
 def _mapped(exc: BaseException, what: str) -> CdcError:
-    """psycopg2's errors, told apart in one place. A lost connection — libpq's own errors, which
-    carry no SQLSTATE, and the server's shutdown and connection classes 57 and 08 — is
-    :class:`StreamInterrupted` (the capture reconnects). A refusal (a role without a
-    ``replication`` line in pg_hba.conf, a wrong password) and whatever else the server reports
-    (a slot dropped while we read it) is a :class:`CdcError` for the operator."""
-    import psycopg2
-
-    from sluiceway.db.connection import connect_refusal
-
-    text = _first(exc)
-    code = getattr(exc, "pgcode", None) or ""
-    lost = isinstance(exc, psycopg2.Error) and (not code or code[:2] in ("57", "08"))
-    if lost and connect_refusal(str(exc)) is None:
-        return StreamInterrupted(f"{what}: {text}")
-    return CdcError(f"{what}: {text}")
+    return CdcError(f"{what}: {_first(exc)}")
 
 
 def _libpq_dsn(dsn: str) -> str:

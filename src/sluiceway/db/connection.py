@@ -115,12 +115,6 @@ def _classify(exc: BaseException) -> tuple[type[DatabaseError], str | None]:
     return DatabaseError, None
 
 
-def connect_refusal(text: str) -> str | None:
-    """The SQLSTATE of a PostgreSQL connect refusal named in a libpq error's ``text`` (libpq
-    keeps the code to itself; see ``_PG_CONNECT_REFUSALS``), or None: not a refusal."""
-    return next((state for state, words in _PG_CONNECT_REFUSALS if words.search(text)), None)
-
-
 def _classify_connect(exc: BaseException) -> tuple[type[DatabaseError], str | None]:
     """Like :func:`_classify`, for an error that ended a connection attempt: a refusal (see
     ``_PG_REFUSED``) is permanent; anything else is the server being out of reach, for now."""
@@ -129,7 +123,7 @@ def _classify_connect(exc: BaseException) -> tuple[type[DatabaseError], str | No
     cls, code = _classify(exc)
     if code is None and isinstance(exc, psycopg.OperationalError):
         text = str(exc)
-        code = connect_refusal(text)
+        code = next((state for state, words in _PG_CONNECT_REFUSALS if words.search(text)), None)
         cls = _PG_REFUSED.get(code or "", cls)
     return (cls if issubclass(cls, DatabaseRefusedError) else DatabaseUnavailableError), code
 

@@ -10,7 +10,6 @@ invalid record) stays that record's error.
 
 from __future__ import annotations
 
-import functools
 import threading
 from typing import Any
 
@@ -45,9 +44,7 @@ _REFUSED = (
 )
 
 
-@functools.cache
 def _codes(names: tuple[str, ...]) -> frozenset[int]:
-    """The codes of librdkafka's error names (worked out once: ``_refused`` asks while waiting)."""
     from confluent_kafka import KafkaError
 
     return frozenset(getattr(KafkaError, name) for name in names if hasattr(KafkaError, name))
