@@ -232,6 +232,10 @@ class Capture:
                         handover = stream.take(left)
             if handover is None:
                 raise _stream_error(stream)
+            if isinstance(handover, int):  # a quiet position: every change before it was handed over
+                if not units and txn is None and handover > self.position:
+                    self._advance(handover)
+                continue
             if handover and not units:
                 first_at = time.monotonic()
             for row in handover:
@@ -297,6 +301,16 @@ class Capture:
             self.position = max(self.position, asm.end)
             self._moved.notify_all()
         return consumed
+
+    def _advance(self, position: int) -> None:
+        """Record that the log is complete up to ``position`` (nothing of ours lies before it that
+        is not in the log), then let the server release the WAL before it."""
+        self.target.append(_empty(), position)
+        assert self._stream is not None
+        self._stream.confirm(position)
+        with self._moved:
+            self.position = position
+            self._moved.notify_all()
 
     @property
     def _infos(self) -> dict[str, TableInfo]:
@@ -445,20 +459,6 @@ def _empty() -> pa.RecordBatch:
 
 
 def _stream_error(stream: ReplicationStream) -> CdcError:
-    error = stream.error
-    if error is None:
-        return StreamInterrupted("the replication stream ended")
-    text = str(error).strip().splitlines()
-    reason = text[0] if text else type(error).__name__
-    import psycopg2
-
-    # A lost connection is transient (the server restarts, a network cut): libpq's own errors
-    # carry no SQLSTATE, and the server's shutdown and connection ones are classes 57 and 08.
-    # Anything else the server reports — a slot dropped while we read it — is for the operator;
-    # the reconnect's checks would name it anyway.
-    code = getattr(error, "pgcode", None) or ""
-    lost = isinstance(error, psycopg2.Error) and (not code or code[:2] in ("57", "08"))
-    kind = StreamInterrupted if lost else CdcError
-    err = kind(f"the replication stream from slot {stream.options.slot!r} ended: {reason}")
-    err.__cause__ = error
-    return err
+    """What ended the stream (see :mod:`sluiceway.cdc.stream`: a lost connection is transient)."""
+    ended = f"the replication stream from slot {stream.options.slot!r} ended"
+    return stream.error or StreamInterrupted(ended)

@@ -5,7 +5,7 @@ The driver's Python is idle while a streaming pipeline runs — Spark plans in t
 sinks write from the executors' Python workers — so the thread does not compete for much; one
 process means one thing to stop, to signal, or to kill: a ``kill -9`` of the pipeline ends the
 capture too, and no orphaned capture keeps the journal's writer lock or the slot. The receiver
-inside it reads the socket on a thread of its own (psycopg2 waits without the GIL).
+inside it reads the socket on a thread of its own (libpq waits without the GIL).
 
 Layout under the pipeline's checkpoint: ``_cdc/log`` (the journal the sinks read), ``_cdc/state``
 (the copy's progress and chunk files).

@@ -173,8 +173,14 @@ def open_raw(source: DataSource, *, connect_timeout: float = 5.0, read_only: boo
             **kwargs,
         )
     except _driver_errors() as exc:
-        cls, code = _classify_connect(exc)
-        raise cls(f"cannot connect to {source.redacted()}: {str(exc).strip()}", code=code) from exc
+        raise connect_error(exc, f"cannot connect to {source.redacted()}") from exc
+
+
+def connect_error(exc: BaseException, what: str) -> DatabaseError:
+    """Our error for a failed connection attempt: a refusal (a wrong password, no such database)
+    is final; anything else is the server being out of reach, for now."""
+    cls, code = _classify_connect(exc)
+    return cls(f"{what}: {str(exc).strip()}", code=code)
 
 
 def _open_sqlite_read_only(source: DataSource, connect_timeout: float) -> Any:

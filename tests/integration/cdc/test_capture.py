@@ -7,6 +7,7 @@ source tables; per-key order is checked through each row's ever-growing ``versio
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,47 @@ def test_a_log_behind_its_slot_is_refused_as_lost_changes(tables: str, tmp_path:
         capture.prepare()
     capture.close()
     capture.target.close()
+
+
+def test_the_slot_follows_writes_outside_the_publication_yet_never_passes_the_log(
+    tables: str, tmp_path: Path
+) -> None:
+    # Writes only to a table outside the publication: the server sends keepalives, no changes.
+    # The slot must move on (else it holds that WAL for ever) and must never pass what the log
+    # holds (else a restart finds it ahead and refuses, as if changes were lost).
+    dsn = tables
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE elsewhere (id serial PRIMARY KEY, pad text)")
+    running = Running(options(dsn, tmp_path, "cap_quiet", snapshot="never"), tmp_path / "log")
+    try:
+        start = slot_confirmed(dsn, "cap_quiet")
+        gaps: list[int] = []
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for _ in range(40):
+                conn.execute(
+                    "INSERT INTO elsewhere (pad) SELECT repeat('x', 200) FROM generate_series(1, 500)"
+                )
+                slot = slot_confirmed(dsn, "cap_quiet")  # the slot first: the log is written before it moves
+                held = int(Journal.open(tmp_path / "log", read_only=True).registers()["cdc.lsn"])
+                gaps.append(slot - held)
+                time.sleep(0.1)
+        wait_until(
+            lambda: slot_confirmed(dsn, "cap_quiet") > start, timeout=30, message="the slot to move on"
+        )
+    finally:
+        running.close()
+    assert max(gaps) <= 0, f"the slot passed the log by {max(gaps)} bytes"
+    held = int(Journal.open(tmp_path / "log", read_only=True).registers()["cdc.lsn"])
+    assert start < slot_confirmed(dsn, "cap_quiet") <= held
+    assert capture_records(tmp_path / "log") == []
+    again = Capture(
+        options(dsn, tmp_path, "cap_quiet", snapshot="never"), JournalTarget(str(tmp_path / "log"))
+    )
+    try:
+        again.prepare()  # a restart takes the slot where the log left it, with no loss reported
+    finally:
+        again.close()
+        again.target.close()
 
 
 def test_a_server_restart_is_waited_out_and_the_capture_resumes_without_loss(
