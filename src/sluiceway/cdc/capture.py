@@ -117,6 +117,8 @@ class Capture:
     appended: int = 0
     _session: CdcSession | None = field(default=None, repr=False)
     _tables: list[TableSpec] = field(default_factory=list, repr=False)
+    #: What each captured table's record key is made of (set by prepare()).
+    _infos: dict[str, TableInfo] = field(default_factory=dict, repr=False)
     _stream: ReplicationStream | None = field(default=None, repr=False)
     _copier: threading.Thread | None = field(default=None, repr=False)
     _copy_error: BaseException | None = field(default=None, repr=False)
@@ -130,7 +132,7 @@ class Capture:
 
     @property
     def store(self) -> SourceState:
-        return SourceState(self.options.state_dir)
+        return SourceState(self.options.state_dir)  # a path holder: nothing read until asked
 
     @property
     def session(self) -> CdcSession:
@@ -144,6 +146,7 @@ class Capture:
         opts, session = self.options, self.session
         session.check_server()
         self._tables = session.resolve_tables(opts.tables)
+        self._infos = {t.namespace: TableInfo(t.key) for t in self._tables}
         session.ensure_publication(opts.publication, self._tables)  # before the slot (pgoutput)
         info, created = session.ensure_slot(opts.slot)
         deadline = time.monotonic() + opts.busy_timeout
@@ -311,10 +314,6 @@ class Capture:
         with self._moved:
             self.position = position
             self._moved.notify_all()
-
-    @property
-    def _infos(self) -> dict[str, TableInfo]:
-        return {t.namespace: TableInfo(t.key) for t in self._tables}
 
     def _heartbeat(self, stream: ReplicationStream) -> None:
         if stream.wal_end - self.position >= self.options.heartbeat_bytes:

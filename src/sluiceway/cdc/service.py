@@ -124,10 +124,6 @@ class CaptureService:
             if self._closing.is_set():
                 return
 
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
     def close(self) -> None:
         self._closing.set()
         if self.capture is not None:

@@ -79,7 +79,8 @@ def _lengths_and_bytes(col: pa.Array) -> tuple[np.ndarray, bytes]:
     bounds = np.frombuffer(col.buffers()[1], dtype=np.int64 if wide else np.int32)
     bounds = bounds[col.offset : col.offset + len(col) + 1].astype(np.int64)
     data = col.buffers()[2]
-    raw = b"" if data is None else data.to_pybytes()[int(bounds[0]) : int(bounds[-1])]
+    first, last = int(bounds[0]), int(bounds[-1])
+    raw = b"" if data is None else data.slice(first, last - first).to_pybytes()
     return np.diff(bounds), raw
 
 

@@ -352,3 +352,34 @@ def test_a_journal_behind_the_slot_is_refused_as_lost_changes(cdc_dsn: str, tmp_
         conn.execute("SELECT pg_replication_slot_advance('lost_slot', pg_current_wal_lsn())")
     with pytest.raises(LostChangesError, match=r"the changes in between are gone"):
         reader.prepare()
+
+
+def test_the_pipeline_checks_the_server_before_spark_starts(postgres_dsn: str, cdc_dsn: str) -> None:
+    """``sluice pipeline run`` checks a CDC source before it builds a Spark session: read-only."""
+    from sluiceway.pipeline.sources.adapters import adapter
+    from sluiceway.pipeline.spec import PipelineSpec
+
+    def spec(dsn: str, table: str) -> PipelineSpec:
+        return PipelineSpec.from_dict(
+            {
+                "name": "pre",
+                "source": {"type": "postgres-cdc", "dsn": dsn, "tables": [table], "slot": "pre_slot",
+                           "publication": "pre_pub"},
+                "sinks": [{"name": "out", "type": "console"}],
+                "checkpoint": "/tmp/unused-pre",
+            }
+        )  # fmt: skip
+
+    replica = spec(postgres_dsn, "public.t")
+    with pytest.raises(CdcError, match=r"wal_level is 'replica'.*ALTER SYSTEM SET wal_level = logical"):
+        adapter(replica).check(replica)
+    missing = spec(cdc_dsn, "public.nope_pre")
+    with pytest.raises(CdcError, match=r"table 'public.nope_pre' does not exist"):
+        adapter(missing).check(missing)
+    with psycopg.connect(cdc_dsn, autocommit=True) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'pre_slot'"
+        ).fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM pg_publication WHERE pubname = 'pre_pub'").fetchone() == (
+            0,
+        )

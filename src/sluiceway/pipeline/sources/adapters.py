@@ -393,8 +393,22 @@ class PostgresCdcAdapter(SourceAdapter[PostgresCdcSourceSpec]):
         src = self.source(spec)
         return ReplicationSlot(src.dsn, src.slot)
 
-    # check(): nothing here — the capture's prepare() checks the server, the tables, the
-    # publication and the slot (Pipeline.preflight).
+    def check(self, spec: PipelineSpec) -> None:
+        """The server's settings, our role and the tables — read-only, before Spark starts, so
+        ``wal_level = replica`` is one line without a JVM. The capture's ``prepare()`` then
+        creates the publication and the slot (Pipeline.preflight)."""
+        from sluiceway.cdc.postgres import CdcSession
+
+        src = self.source(spec)
+        session = CdcSession(src.dsn)
+        try:
+            session.check_server()
+            session.resolve_tables(src.tables if isinstance(src.tables, str) else tuple(src.tables))
+        except DatabaseError as exc:
+            raise SourceError(f"pipeline.source: {error_text(exc)}") from None
+        finally:
+            session.close()
+
     def capture(self, spec: PipelineSpec) -> CaptureService:
         """The capture (slot → journal), not yet prepared."""
         from sluiceway.cdc.capture import CaptureOptions
