@@ -229,7 +229,8 @@ class Capture:
                 handover = stream.take(0.05)
             else:
                 handover = stream.take_nowait()
-                if not handover and gathered < self.options.linger_rows:
+                # (None is the end of the stream, an int a quiet position: neither is waited past.)
+                if handover == [] and gathered < self.options.linger_rows:
                     left = first_at + self.options.linger - time.monotonic()
                     if left > 0:
                         handover = stream.take(left)
