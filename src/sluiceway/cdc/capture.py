@@ -37,8 +37,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import pyarrow as pa
-
 from sluiceway.cdc.assemble import assemble
 from sluiceway.cdc.errors import CdcError, LostChangesError, SlotInUseError, StreamInterrupted
 from sluiceway.cdc.model import Row, TableInfo
@@ -49,6 +47,7 @@ from sluiceway.cdc.stream import ReplicationStream, StreamOptions, local_socket_
 from sluiceway.cdc.target import CaptureTarget
 from sluiceway.cdc.watermark import Watermark
 from sluiceway.cdc.watermark import prefix as watermark_prefix
+from sluiceway.journal.arrow import empty_batch
 
 log = logging.getLogger("sluiceway.cdc")
 
@@ -162,7 +161,7 @@ class Capture:
         held = self.target.position()
         if held is None:
             # A new target: it starts where the slot is (created now, or kept from before).
-            self.target.append(_empty(), info.confirmed)
+            self.target.append(empty_batch(), info.confirmed)
             held = info.confirmed
         elif info.confirmed > held or (created and info.confirmed != held):
             raise LostChangesError(
@@ -309,7 +308,7 @@ class Capture:
     def _advance(self, position: int) -> None:
         """Record that the log is complete up to ``position`` (nothing of ours lies before it that
         is not in the log), then let the server release the WAL before it."""
-        self.target.append(_empty(), position)
+        self.target.append(empty_batch(), position)
         assert self._stream is not None
         self._stream.confirm(position)
         with self._moved:
@@ -450,12 +449,6 @@ def _track_relations(rows: list[Row], relations: dict[int, Row]) -> None:
     for row in rows:
         if row[2][0] == 0x52:  # 'R'
             relations[_RELID.unpack_from(row[2], 1)[0]] = row
-
-
-def _empty() -> pa.RecordBatch:
-    from sluiceway.journal.record import ARROW_SCHEMA
-
-    return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
 
 
 def _stream_error(stream: ReplicationStream) -> CdcError:

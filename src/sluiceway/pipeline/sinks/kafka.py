@@ -10,6 +10,7 @@ invalid record) stays that record's error.
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
@@ -44,7 +45,9 @@ _REFUSED = (
 )
 
 
+@functools.cache
 def _codes(names: tuple[str, ...]) -> frozenset[int]:
+    """The codes of librdkafka's error names (worked out once: ``_refused`` asks while waiting)."""
     from confluent_kafka import KafkaError
 
     return frozenset(getattr(KafkaError, name) for name in names if hasattr(KafkaError, name))
