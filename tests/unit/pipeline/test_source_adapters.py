@@ -113,6 +113,7 @@ def test_every_source_type_in_the_spec_has_an_adapter_for_its_spec_class() -> No
                 "startingOffset": "0",
                 "consumer": "p.out",
                 "strict": "true",
+                "headerOps": "true",
                 "minPartitions": "2",
             },
         ),

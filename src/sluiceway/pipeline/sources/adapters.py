@@ -368,6 +368,7 @@ class PostgresCdcAdapter(SourceAdapter[PostgresCdcSourceSpec]):
             "consumer": cdc_consumer(spec, sink),
             # Fail, never skip, if records this sink has not read were released.
             "strict": "true",
+            "headerOps": "true",
             "minPartitions": str(src.partitions),
         }
 

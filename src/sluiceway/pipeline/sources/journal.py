@@ -8,7 +8,8 @@ Reader options: ``path`` (required); ``startingOffset`` (``earliest`` | ``latest
 journal consumer whose offset is committed with each micro-batch, so compaction keeps what the
 query has not processed); ``strict`` (``true``: fail, rather than skip, when the query's next
 offset is below the journal's first retained record). Offsets are ``{"offset": next}``. Records
-whose first header is ``sluice.op`` (a CDC capture's) get that ``op``.
+whose first header is ``sluice.op`` get that ``op`` with ``headerOps`` (``true``: a CDC
+capture's journal; off by default, so other journals pay nothing for it).
 
 Writer options: ``path``; ``name`` (the register that makes appends idempotent per batch id,
 default ``sluice-sink``). Tasks stage their rows as Arrow files; the driver appends every
@@ -64,6 +65,8 @@ class JournalPartition(InputPartition):
     path: str
     lo: int
     hi: int
+    #: Restore each record's ``op`` from its ``sluice.op`` header (a CDC capture's journal).
+    header_ops: bool = False
 
 
 def journal_head(path: str) -> int:
@@ -91,18 +94,23 @@ def check_retained(path: str, start: int) -> None:
         )
 
 
-def read_range(path: str, lo: int, hi: int, rows: int = _READ_ROWS) -> Iterator[pa.RecordBatch]:
+def read_range(
+    path: str, lo: int, hi: int, rows: int = _READ_ROWS, *, header_ops: bool = False
+) -> Iterator[pa.RecordBatch]:
     """Arrow record batches of the journal's records in ``[lo, hi)`` (the executor side)."""
     with Journal.open(path, read_only=True) as journal:
         for batch in journal.read_arrow(lo, hi, max_rows=rows):
             if batch.num_rows:
-                yield with_header_ops(with_delete_ops(batch))
+                batch = with_delete_ops(batch)
+                yield with_header_ops(batch) if header_ops else batch
 
 
 def plan(path: str, lo: int, hi: int, options: Any) -> list[JournalPartition]:
     per_task = int_option(options, "partitionRecords", 1_000_000, minimum=1)
     parts = max(int_option(options, "minPartitions", 2, minimum=1), -(-(hi - lo) // per_task))
-    return [JournalPartition(path, a, b) for a, b in split_range(lo, hi, parts, min_size=min(per_task, 4096))]
+    ops = (option(options, "headerOps", "false") or "false").lower() == "true"
+    ranges = split_range(lo, hi, parts, min_size=min(per_task, 4096))
+    return [JournalPartition(path, a, b, ops) for a, b in ranges]
 
 
 def starting_offset(path: str, options: Any) -> int:
@@ -149,7 +157,7 @@ class JournalBatchReader(DataSourceReader):
     def read(self, partition: JournalPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         if partition.hi <= partition.lo:
             return iter(())
-        return read_range(partition.path, partition.lo, partition.hi)
+        return read_range(partition.path, partition.lo, partition.hi, header_ops=partition.header_ops)
 
 
 class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -183,7 +191,7 @@ class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return plan(self.path, int(start["offset"]), int(end["offset"]), self.options)
 
     def read(self, partition: JournalPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        return read_range(partition.path, partition.lo, partition.hi)
+        return read_range(partition.path, partition.lo, partition.hi, header_ops=partition.header_ops)
 
     def commit(self, end: dict[str, int]) -> None:
         if self.consumer:
