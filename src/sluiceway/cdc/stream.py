@@ -295,7 +295,7 @@ def _ended(pgconn: Any, slot: str) -> CdcError:
 
 
 def _libpq_dsn(dsn: str) -> str:
-    """A libpq DSN for psycopg2 from ours (a URL or ``key=value`` pairs)."""
+    """A libpq DSN from ours (a URL or ``key=value`` pairs)."""
     from sluiceway.db.dsn import parse_dsn
 
     return str(parse_dsn(dsn).target)
