@@ -11,7 +11,11 @@ marker (goharvest blocks the whole marker at the barrier):
 
 A window only holds records bound for one destination (topic, explicit partition): records of a
 key go to one partition through one producer, whose idempotence keeps them in order and gapless.
-A record bound elsewhere waits until the window is empty.
+A record bound elsewhere waits until the window is empty. A window also holds records marked
+under one leader id only: a gapless publisher takes another leader id as the start of a re-send
+(after a failure its key's records are dropped until one comes under a new id), so a record
+marked after a refresh — raised by another key's failure or a failed mark — must not be sent
+while its key's records of the older id are unreported: it waits until the window is empty.
 
 Settling a window (:meth:`Dispatcher.acknowledge`) keeps purges in order: only the acknowledged
 *prefix* of a window is purged, so a key's unpurged rows are always a suffix — a new leader
@@ -51,12 +55,12 @@ RECORD, STATE = 0, 1
 class _Window:
     """A key's records in flight or ready, in id order, all bound for one topic and partition."""
 
-    __slots__ = ("entries", "fenced", "partition", "topic")
+    __slots__ = ("entries", "fenced", "leader_id", "partition", "topic")
 
     def __init__(self, record: MarkedRecord) -> None:
         self.entries: deque[_Entry] = deque()
         self.fenced = False
-        self.topic, self.partition = record.topic, record.partition
+        self.topic, self.partition, self.leader_id = record.topic, record.partition, record.leader_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,13 +325,21 @@ class Dispatcher:
     def _open(self, window: _Window, record: MarkedRecord) -> bool:
         if window.fenced or len(window.entries) >= self.per_key:
             return False
-        return not window.entries or (window.topic == record.topic and window.partition == record.partition)
+        return not window.entries or (
+            window.topic == record.topic
+            and window.partition == record.partition
+            and window.leader_id == record.leader_id
+        )
 
     def _enter(self, window: _Window, record: MarkedRecord, sends: list[MarkedRecord]) -> None:
         """Into the window: dispatched at once if the throttle has room and nobody is queued for
         it (``sends``), else ready, in line for the next free slot."""
         if not window.entries:
-            window.topic, window.partition = record.topic, record.partition
+            window.topic, window.partition, window.leader_id = (
+                record.topic,
+                record.partition,
+                record.leader_id,
+            )
         entry: _Entry = [record, READY]
         window.entries.append(entry)
         self._entries[record.id] = entry

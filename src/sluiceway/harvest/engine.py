@@ -19,7 +19,9 @@ Failure rules (from goharvest, made explicit):
 
 With ``perKeyInFlight`` 1 this is goharvest's per-key barrier: a key's next record goes only once
 its predecessor's delete has committed. With N > 1, up to N records of a key are in flight, in id
-order, to one partition through one producer; the destination must then be gapless per key (a
+order, all marked under one leader id, to one partition through one producer (a record marked
+after a refresh waits until its key's older records are settled: a gapless publisher may take a
+new leader id as a re-send); the destination must then be gapless per key (a
 failed record is never followed by a later record of its key): librdkafka's idempotent producer
 with ``enable.gapless.guarantee`` and no local message timeout, or the journal publisher.
 """

@@ -55,7 +55,9 @@ class Publisher(Protocol):
     must also be *gapless* per key: once a send fails (reported in ``on_done``, possibly inside
     ``send`` itself), no send of the same key made before that report may land after it without
     the failed one. A Kafka idempotent producer with ``enable.gapless.guarantee`` is; so is the
-    journal publisher.
+    journal publisher. The engine never sends a record of a key while records of that key marked
+    under another leader id are unreported, so a publisher may take a new leader id as the start
+    of a re-send (the journal publisher clears a key's failure on it).
     """
 
     def send(self, record: MarkedRecord, on_done: Callable[[Delivery], None]) -> None: ...

@@ -9,8 +9,8 @@ from sluiceway.harvest.dispatch import Dispatcher, Failure
 from sluiceway.outbox.record import MarkedRecord
 
 
-def rec(rid: int, key: str, topic: str = "t") -> MarkedRecord:
-    return MarkedRecord(rid, None, topic, key, b"v", (), "L")
+def rec(rid: int, key: str, topic: str = "t", leader: str = "L") -> MarkedRecord:
+    return MarkedRecord(rid, None, topic, key, b"v", (), leader)
 
 
 def ids(records: list[MarkedRecord]) -> list[int]:
@@ -125,6 +125,16 @@ def test_a_window_holds_one_destination_a_record_bound_elsewhere_waits_for_it_to
     sends, _ = d.admit([rec(1, "a"), rec(2, "a", topic="u"), rec(3, "a", topic="u")])
     assert ids(sends) == [1]  # another topic is another partition: no order between them
     assert ids(d.settle(d.acknowledge([rec(1, "a")], []).purge)) == [2, 3]
+
+
+def test_a_window_holds_one_leader_id_a_record_marked_under_a_later_one_waits_for_it_to_empty() -> None:
+    d = Dispatcher(100, per_key=4)
+    assert ids(d.admit([rec(1, "a", leader="L1"), rec(2, "b", leader="L1")])[0]) == [1, 2]
+    d.refresh()  # another key failed (or a mark did): a fresh leader id while 1 is in flight
+    sends, _ = d.admit([rec(3, "a", leader="L2"), rec(4, "a", leader="L2")], d.generation)
+    # Not sent behind 1: a gapless publisher that drops 1 could still land them (another leader id).
+    assert sends == [] and d.pending == 2
+    assert ids(d.settle(d.acknowledge([rec(1, "a", leader="L1")], []).purge)) == [3, 4]
 
 
 def test_a_failure_fences_the_key_and_nothing_behind_it_is_purged() -> None:

@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sluiceway.harvest.engine import Engine
-from sluiceway.harvest.events import Event, KeyParked, RecordDeadLettered
+from sluiceway.harvest.events import Event, KeyParked, LeaderRefreshed, RecordDeadLettered
 from sluiceway.harvest.ports import Delivery
 from sluiceway.harvest.sequence import SLUICE_ID, SLUICE_LEADER, Deduplicator
 from sluiceway.outbox.memory import MemoryOutboxStore
-from sluiceway.outbox.record import MarkedRecord
+from sluiceway.outbox.record import MarkedRecord, OutboxRecord
 from sluiceway.testing import wait_until
 from tests.support.engine import LIMITS, load, run
 
@@ -225,3 +225,83 @@ def test_a_dead_letter_parks_its_key_until_an_operator_acts(per_key_in_flight: i
     if action == "resolve":
         expected["k1"] = [i for i in ids["k1"] if i != poison]
     assert per_key(pub.log) == expected  # exactly once each, in order
+
+
+class HoldingPublisher:
+    """Holds key ``a``'s deliveries until :meth:`release`; fails key ``b``'s first send at once.
+    Notes every send made while a record of its key marked under another leader id is unreported:
+    a gapless publisher (the fake above, the journal publisher) that dropped that record would
+    let the send land, since another leader id marks a re-send."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.sent: list[int] = []
+        self.mixed: list[int] = []
+        self.unreported: dict[int, MarkedRecord] = {}
+        self.held: list[tuple[MarkedRecord, Callable[[Delivery], None]]] = []
+        self.holding, self.b_failed = True, False
+
+    def send(self, record: MarkedRecord, on_done: Callable[[Delivery], None]) -> None:
+        with self.lock:
+            self.sent.append(record.id)
+            if any(r.key == record.key and r.leader_id != record.leader_id for r in self.unreported.values()):
+                self.mixed.append(record.id)
+            self.unreported[record.id] = record
+            if record.key == "a" and self.holding:
+                self.held.append((record, on_done))
+                return
+            fail = record.key == "b" and not self.b_failed
+            self.b_failed |= fail
+        self._report(Delivery(record, error="injected: dropped") if fail else Delivery(record), on_done)
+
+    def _report(self, delivery: Delivery, on_done: Callable[[Delivery], None]) -> None:
+        with self.lock:
+            del self.unreported[delivery.record.id]
+        on_done(delivery)
+
+    def release(self) -> None:
+        with self.lock:
+            self.holding, held, self.held = False, self.held, []
+        for record, on_done in held:
+            self._report(Delivery(record), on_done)
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+    def close(self) -> None:
+        self.release()
+
+
+def test_a_key_sends_nothing_under_a_new_leader_id_while_records_of_an_older_one_are_in_flight() -> None:
+    store = InOrderPurges()
+    assert [store.stash(OutboxRecord("t", key, "v")) for key in ("a", "b")] == [1, 2]
+    pub = HoldingPublisher()
+    refreshed = threading.Event()
+
+    def on_event(event: Event) -> None:
+        if isinstance(event, LeaderRefreshed):
+            refreshed.set()
+
+    engine = Engine(lambda: store, pub, PIPELINED, on_event)
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: engine.run_term(lambda: not done.is_set()), daemon=True)
+    thread.start()
+    try:
+        # Record 1 (key a) is in flight, held; record 2 (key b) fails: a fresh leader id.
+        assert refreshed.wait(30)
+        later = store.stash(OutboxRecord("t", "a", "later"))  # marked under the fresh id
+        wait_until(
+            lambda: (
+                later in pub.sent or (engine.current is not None and engine.current.dispatcher.pending == 1)
+            ),
+            timeout=30,
+        )
+        assert pub.mixed == []  # not sent behind record 1, which is still unreported
+        pub.release()
+        wait_until(lambda: not store.rows, timeout=30)
+    finally:
+        done.set()
+        thread.join(30)
+        pub.close()
+    assert pub.mixed == []
+    assert [rid for rid in pub.sent if rid != 2] == [1, later]
