@@ -37,6 +37,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+
 from sluiceway.cdc.assemble import assemble
 from sluiceway.cdc.errors import CdcError, LostChangesError, SlotInUseError, StreamInterrupted
 from sluiceway.cdc.model import Row, TableInfo
@@ -292,27 +294,27 @@ class Capture:
             chunks=self.store.load_chunk,
         )
         if asm.end > self.position:
-            self.target.append(asm.batch, asm.end)
+            self._hold(asm.batch, asm.end)
             self.appended += asm.records
-            if self._stream is not None:
-                self._stream.confirm(asm.end)
         consumed = False
-        while units and units[0].position <= max(asm.end, self.position):
+        while units and units[0].position <= self.position:
             consumed = True
             _track_relations(units.popleft().rows, relations)
-        with self._moved:
-            self.position = max(self.position, asm.end)
-            self._moved.notify_all()
         return consumed
 
     def _advance(self, position: int) -> None:
-        """Record that the log is complete up to ``position`` (nothing of ours lies before it that
-        is not in the log), then let the server release the WAL before it."""
-        self.target.append(empty_batch(), position)
-        assert self._stream is not None
-        self._stream.confirm(position)
+        """Record that the log is complete up to ``position`` (a quiet position: nothing of ours
+        lies before it that is not in the log)."""
+        self._hold(empty_batch(), position)
+
+    def _hold(self, batch: pa.RecordBatch, end: int) -> None:
+        """Append ``batch``, the log now complete up to ``end``; only then let the server release
+        the WAL before ``end``, and wake whoever waits for the position."""
+        self.target.append(batch, end)
+        if self._stream is not None:
+            self._stream.confirm(end)
         with self._moved:
-            self.position = position
+            self.position = end
             self._moved.notify_all()
 
     def _heartbeat(self, stream: ReplicationStream) -> None:

@@ -31,7 +31,8 @@ from sluiceway.journal.format import MAX_NAMESPACE_BYTES
 
 def arrow_piece(table: pa.Table | pa.RecordBatch, now: int) -> ColumnPiece:
     """The records of ``table`` as one column piece for :func:`~sluiceway.journal.encode.encode_pieces`
-    (``now``: the timestamp of records without one). Checks as :func:`arrow_columns` does."""
+    (``now``: the timestamp of records without one); :class:`InvalidJournalRecord` names what is
+    wrong (a missing or null key, a missing value, a column of the wrong type, a long namespace)."""
     names = set(table.schema.names)
     for required in ("key", "value"):
         if required not in names:

@@ -61,6 +61,11 @@ def option(options: Mapping[str, Any], name: str, default: str | None = None) ->
     return default
 
 
+def flag_option(options: Mapping[str, Any], name: str) -> bool:
+    """An on/off option: on only when it says ``true`` (any case); off when absent."""
+    return (option(options, name) or "").lower() == "true"
+
+
 def required(options: Mapping[str, Any], name: str, source: str) -> str:
     value = option(options, name)
     if value is None or value == "":

@@ -37,6 +37,7 @@ from sluiceway.pipeline.offsets import next_end, split_range
 from sluiceway.pipeline.record import RECORD_SCHEMA, with_delete_ops, with_header_ops
 from sluiceway.pipeline.sources.common import (
     RecordSource,
+    flag_option,
     int_option,
     limit_rows,
     max_records,
@@ -108,7 +109,7 @@ def read_range(
 def plan(path: str, lo: int, hi: int, options: Any) -> list[JournalPartition]:
     per_task = int_option(options, "partitionRecords", 1_000_000, minimum=1)
     parts = max(int_option(options, "minPartitions", 2, minimum=1), -(-(hi - lo) // per_task))
-    ops = (option(options, "headerOps", "false") or "false").lower() == "true"
+    ops = flag_option(options, "headerOps")
     ranges = split_range(lo, hi, parts, min_size=min(per_task, 4096))
     return [JournalPartition(path, a, b, ops) for a, b in ranges]
 
@@ -166,7 +167,7 @@ class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.max_rows = max_records(options)
         self.consumer = option(options, "consumer")
-        self.strict = (option(options, "strict", "false") or "false").lower() == "true"
+        self.strict = flag_option(options, "strict")
         self.target: int | None = None
 
     def initialOffset(self) -> dict[str, int]:
