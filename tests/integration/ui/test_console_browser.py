@@ -140,9 +140,21 @@ def test_the_overview_shows_every_part_with_its_figures(served: Served, page: An
     size = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.scrollHeight]")
     assert [shot.width, shot.height] == size and shot.width == 1400 and shot.height >= 1000
     assert near(shot.pixel(5, 5), HEADER_COLOUR), "the header bar, styled"
-    for row, colour in ((shop, OK_COLOUR), (bus, OK_COLOUR), (orders, STUCK_COLOUR), (work, STUCK_COLOUR)):
-        box = page.locator(f"{row} [data-health]").bounding_box()
-        assert box is not None and box["y"] + box["height"] < shot.height
+    # The page replaces its content every second (--refresh 1), so a locator's element can be
+    # detached between finding and measuring it: measure every badge in one script, which runs
+    # between two refreshes (the refreshed content has the same layout).
+    rows = ((shop, OK_COLOUR), (bus, OK_COLOUR), (orders, STUCK_COLOUR), (work, STUCK_COLOUR))
+    boxes = page.evaluate(
+        """selectors => selectors.map(s => {
+            const found = document.querySelector(s);
+            if (!found) return null;
+            const r = found.getBoundingClientRect();
+            return {x: r.x + window.scrollX, y: r.y + window.scrollY, width: r.width, height: r.height};
+        })""",
+        [f"{row} [data-health]" for row, _ in rows],
+    )
+    for (row, colour), box in zip(rows, boxes, strict=True):
+        assert box is not None and box["width"] > 0 and box["y"] + box["height"] < shot.height, (row, box)
         at = (int(box["x"]) + 3, int(box["y"] + box["height"] / 2))  # inside the badge, left of its word
         assert at[1] < HEADER, "the badges are in the decoded top of the page"
         assert near(shot.pixel(*at), colour), (row, shot.pixel(*at))
