@@ -6,7 +6,9 @@
 (b) the harvester draining the same rows into a Kafka-protocol broker (Tansu, loopback);
 (c) the same with all rows over 10 keys (the per-key barrier's worst case), with perKeyInFlight 1
     (goharvest's barrier) and with each N of --per-key (pipelined keys), the best N reported;
-(d) end-to-end latency (row commit -> broker ack) at a fixed offered load of 2,000 rec/s.
+(d) end-to-end latency (row commit -> broker ack) at a fixed offered load of 2,000 rec/s;
+(e) with --versus REV: paired drains of the many-keys rows, this tree against REV (built from git
+    in a temporary directory), each in a fresh process, alternating which goes first.
 Last line: one JSON object with the figures.
 """
 
@@ -14,8 +16,11 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -89,6 +94,30 @@ def harvest_config(dsn: str, bootstrap: str, name: str, mark: int, per_key: int 
 def outbox_rows(dsn: str) -> int:
     with Database(dsn) as db:
         return int(db.fetchone("SELECT count(*) FROM outbox")[0])  # type: ignore[index]
+
+
+def tree_of(rev: str, into: Path) -> Path:
+    """The package as it was at ``rev`` (``git archive`` of its ``src``), under ``into``."""
+    repo = Path(__file__).resolve().parent.parent
+    archive = subprocess.run(["git", "-C", str(repo), "archive", rev, "src"], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into / "src"
+
+
+def drain_in_process(
+    src: Path, dsn: str, bootstrap: str, name: str, mark: int, rows: int, *extra: str
+) -> float:
+    """``bench/_drain.py`` in a fresh interpreter with the package from ``src``."""
+    script = Path(__file__).resolve().parent / "_drain.py"
+    out = subprocess.run(
+        [sys.executable, str(script), dsn, bootstrap, name, str(mark), str(rows), *extra],
+        env={**os.environ, "PYTHONPATH": str(src)},
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    return float(out.stdout.strip().splitlines()[-1])
 
 
 def drain(dsn: str, bootstrap: str, name: str, mark: int, rows: int, per_key: int = 1) -> float:
@@ -178,7 +207,15 @@ def main() -> None:
         default="4,8,16,32",
         help="perKeyInFlight values (> 1) tried on the 10-key outbox, beside 1 (goharvest's barrier)",
     )
+    ap.add_argument(
+        "--versus",
+        metavar="REV",
+        help="only paired drains of the many-keys rows: this tree against the package at REV",
+    )
     args = ap.parse_args()
+    if args.versus:
+        versus(args)
+        return
     per_key_values = [1, *sorted({int(n) for n in args.per_key.split(",") if int(n) > 1})]
     ceilings: list[float] = []
     harvests: list[float] = []
@@ -219,7 +256,7 @@ def main() -> None:
         [
             ("raw SQL ceiling (mark + delete, no broker)", f"{ceiling_rps:,.0f} rec/s  {_rounds(ceilings)}"),
             ("harvester -> broker", f"{harvest_rps:,.0f} rec/s  {_rounds(harvests)}"),
-            ("ratio (target >= 0.6)", f"{ratio:.2f}  (rounds {', '.join(f'{x:.2f}' for x in ratios)})"),
+            ("ratio (target >= 0.6)", _ratio(ratios)),
             (
                 f"harvester, 10 keys ({args.few_keys_rows:,} rows), perKeyInFlight 1",
                 f"{few_keys_rps:,.0f} rec/s  {_rounds(few[1])}",
@@ -247,6 +284,71 @@ def main() -> None:
             "p99_ms": round(p99, 2),
         },
     )
+
+
+def versus(args: argparse.Namespace) -> None:
+    """(e): this tree and ``--versus`` drain the same rows, each in a fresh process, in turns.
+
+    This tree twice: as configured here (the database election is one of sluiceway's keys, so the
+    sequence headers are on, as for any new configuration), and with ``sequenceHeaders: false``,
+    which publishes what the older tree publishes, byte for byte."""
+    here = Path(__file__).resolve().parent.parent / "src"
+    with tempfile.TemporaryDirectory() as tmp, Broker() as broker, scratch_postgres() as dsn:
+        then = tree_of(args.versus, Path(tmp))
+        series: list[tuple[str, Path, tuple[str, ...]]] = [
+            ("this tree, sequenceHeaders off", here, ("off",)),
+            (args.versus, then, ()),
+            ("this tree, sequence headers (default)", here, ("on",)),
+        ]
+        rates: dict[str, list[float]] = {label: [] for label, _, _ in series}
+        topic = broker.create_topic("bench-harvest", 8)
+        for r in range(args.rounds):
+            for label, src, extra in series[r % 3 :] + series[: r % 3]:
+                load(dsn, args.rows, args.keys, topic)
+                rates[label].append(
+                    drain_in_process(
+                        src,
+                        dsn,
+                        broker.bootstrap,
+                        f"bench-{r}-{label}",
+                        args.mark_records,
+                        args.rows,
+                        *extra,
+                    )
+                )
+    new, old, headers = (rates[label] for label, _, _ in series)
+    ratios = sorted(n / o for n, o in zip(new, old, strict=True))
+    with_headers = sorted(h / o for h, o in zip(headers, old, strict=True))
+    report(
+        f"harvest, paired drains: {args.rows:,} rows, {args.keys} keys, this tree against {args.versus}",
+        [
+            *(
+                (label, f"{statistics.median(rates[label]):,.0f} rec/s  {_rounds(rates[label])}")
+                for label, _, _ in series
+            ),
+            (
+                "this tree / it (target >= 0.95)",
+                _ratio(ratios),
+            ),
+            (
+                "with sequence headers / it",
+                _ratio(with_headers),
+            ),
+        ],
+        {
+            "bench": "harvest-versus",
+            "versus": args.versus,
+            "new_rps": round(statistics.median(new)),
+            "old_rps": round(statistics.median(old)),
+            "new_headers_rps": round(statistics.median(headers)),
+            "ratio": round(statistics.median(ratios), 3),
+            "ratio_with_headers": round(statistics.median(with_headers), 3),
+        },
+    )
+
+
+def _ratio(ratios: list[float]) -> str:
+    return f"{statistics.median(ratios):.2f}  (rounds {', '.join(f'{x:.2f}' for x in ratios)})"
 
 
 def _rounds(values: list[float]) -> str:

@@ -25,6 +25,10 @@ reported (:class:`Failure`) with the records behind it, acknowledged or not. Non
 purged: the engine resets or buries the failed one and :meth:`close_failure` raises forceRemark,
 so all of them are marked again, in order, under a fresh leader id.
 
+Two shapes, one interface: ``Dispatcher(max_in_flight, per_key)`` makes a :class:`Barrier` for
+``per_key`` 1 — a key's window is its one entry, an acknowledgement settles it straight away
+(no window pass), the default path most outboxes run — and :class:`Windows` above 1.
+
 Invariants checked at run time (a violation raises :class:`InvariantViolation`):
 * a key's dispatched ids never go backwards, except back to the first record its window gave
   up unsettled (a re-send of that suffix, never an older record after a newer one);
@@ -37,6 +41,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from sluiceway.errors import InvariantViolation
@@ -50,6 +55,9 @@ READY, SENT, ACKED, FAILED, PURGING = range(5)
 #: hot path, and a list is the cheapest mutable pair Python has.
 _Entry = list[Any]
 RECORD, STATE = 0, 1
+
+#: A marked record's id (field 0 of the tuple), as a C-level sort key.
+_ID = itemgetter(0)
 
 
 class _Window:
@@ -83,14 +91,21 @@ class Settlement:
 
 
 class Dispatcher:
+    """What both shapes share: the throttle and its ready line, the pending FIFOs, forceRemark and
+    generations, the log of records done for good, and the per-key order invariant."""
+
+    def __new__(cls, max_in_flight: int, per_key: int = 1) -> Dispatcher:
+        if cls is Dispatcher:
+            cls = Barrier if per_key == 1 else Windows
+        return super().__new__(cls)
+
     def __init__(self, max_in_flight: int, per_key: int = 1) -> None:
         self.max_in_flight = max_in_flight
         self.per_key = per_key
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
-        self._windows: dict[str, _Window] = {}  # only keys with something in flight or ready
-        self._entries: dict[int, _Entry] = {}  # id -> entry, for every windowed record
-        self._in_flight_ids: set[int] = set()
+        #: key -> its window (only keys with something in flight or ready); the shape's own type.
+        self._windows: dict[str, Any] = {}
         self._ready: deque[_Entry] = deque()
         self._pending: dict[str, deque[MarkedRecord]] = {}
         self._held_ids: set[int] = set()  # ids that are ready or pending
@@ -115,7 +130,7 @@ class Dispatcher:
     # -- views -------------------------------------------------------------------------------
     @property
     def in_flight(self) -> int:
-        return len(self._in_flight_ids)
+        raise NotImplementedError
 
     @property
     def pending(self) -> int:
@@ -130,22 +145,7 @@ class Dispatcher:
         with self._lock:
             return frozenset(self._windows)
 
-    # -- marker side ---------------------------------------------------------------------------
-    def wait_for_room(self, timeout: float) -> bool:
-        """Block until marking more is useful: the throttle has free slots nobody is queued for,
-        and the pending backlog is bounded (memory)."""
-        with self._room:
-            return self._room.wait_for(
-                lambda: (
-                    (
-                        len(self._in_flight_ids) + len(self._ready) < self.max_in_flight
-                        and len(self._held_ids) < self.max_in_flight
-                    )
-                    or self._force_remark
-                ),
-                timeout,
-            )
-
+    # -- the interface (each shape) ------------------------------------------------------------
     def admit(
         self, marked: Iterable[MarkedRecord], generation: int | None = None, tick: int | None = None
     ) -> tuple[list[MarkedRecord], bool]:
@@ -159,88 +159,23 @@ class Dispatcher:
                 self._forget_done(tick)
             if generation is not None and generation != self.generation:
                 return sends, True
-            abandoned = False
-            done = self._done
-            for record in sorted(marked, key=lambda r: r.id):
-                if self._force_remark:
-                    abandoned = True
-                    break
-                if record.id in done:
-                    continue  # purged or buried after this batch was marked: a stale copy
-                if record.id in self._entries or record.id in self._held_ids:
-                    # A re-marked copy of a record we already hold (after a leader refresh): its
-                    # original settles it — purged on success, re-marked again on failure.
-                    continue
-                key = record.key
-                window = self._windows.get(key)
-                if window is None:
-                    window = self._windows[key] = _Window(record)
-                elif key in self._pending or not self._open(window, record):
-                    self._pending.setdefault(key, deque()).append(record)
-                    self._held_ids.add(record.id)
-                    continue
-                self._enter(window, record, sends)
+            abandoned = self._admit(sorted(marked, key=_ID), sends)
         return sends, abandoned
 
-    def refresh(self) -> int:
-        """The marker takes a fresh leader id: drop every unsent record (they are re-marked under
-        the new id) and clear forceRemark. Returns how many were dropped."""
-        with self._lock:
-            dropped = len(self._held_ids)
-            for entry in self._ready:
-                record = entry[RECORD]
-                window = self._windows[record.key]
-                window.entries.remove(entry)  # ready entries are the window's unsent tail
-                del self._entries[record.id]
-                if not window.entries:
-                    del self._windows[record.key]
-            self._ready.clear()
-            self._pending.clear()
-            self._held_ids.clear()
-            self._force_remark = False
-            self.generation += 1
-            self._room.notify_all()
-            return dropped
-
-    # -- purge/reset side ----------------------------------------------------------------------
     def acknowledge(self, ok: Iterable[MarkedRecord], failed: Iterable[MarkedRecord]) -> Settlement:
         """Delivery reports arrived. Returns the rows that may be purged now (each window's
         acknowledged prefix, marked as being purged: call :meth:`settle` once the DELETE has
         committed) and the failures whose windows have drained (resolve each, then
         :meth:`close_failure`)."""
-        plan = Settlement()
-        with self._lock:
-            touched: dict[str, _Window] = {}
-            for record in ok:
-                touched[record.key] = self._mark(record, ACKED)
-            for record in failed:
-                window = self._mark(record, FAILED)
-                touched[record.key] = window
-                if not window.fenced:
-                    self._fence(record.key, window)
-            for key, window in touched.items():
-                if window.fenced:
-                    failure = self._drained(key, window, plan.purge)
-                    if failure is not None:
-                        plan.failures.append(failure)
-                    continue
-                for entry in window.entries:
-                    if entry[STATE] == ACKED:
-                        entry[STATE] = PURGING
-                        plan.purge.append(entry[RECORD])
-                    elif entry[STATE] != PURGING:
-                        break
-        return plan
+        raise NotImplementedError
 
     def settle(self, records: Iterable[MarkedRecord]) -> list[MarkedRecord]:
         """Records are done for good (purged): they leave their windows; return what may now be
         sent (the next records of their keys, and ready records for the freed slots)."""
         sends: list[MarkedRecord] = []
         with self._lock:
-            self.tick += 1
-            done = [record.id for record in records]
-            self._done.update(done)
-            self._done_log.append((self.tick, done))
+            records = list(records)
+            self._note_done([record.id for record in records])
             pending = self._pending
             refill: list[str] = []
             for record in records:
@@ -262,25 +197,12 @@ class Dispatcher:
         sends: list[MarkedRecord] = []
         with self._lock:
             key = failure.key
-            window = self._windows.get(key)
-            if window is None or not window.fenced:
-                raise InvariantViolation(
-                    f"failure of record {failure.record.id} closed but key {key!r} is not fenced"
-                )
             unsettled: list[int] = []
-            for entry in window.entries:
-                record = entry[RECORD]
-                if entry[STATE] in (READY, SENT):
-                    raise InvariantViolation(f"key {key!r} closed with record {record.id} still in flight")
-                del self._entries[record.id]
-                self._in_flight_ids.discard(record.id)
+            for record in self._close(key, failure):
                 if settled and record.id == failure.record.id:
-                    self.tick += 1
-                    self._done.add(record.id)
-                    self._done_log.append((self.tick, [record.id]))
+                    self._note_done([record.id])
                 else:
                     unsettled.append(record.id)
-            del self._windows[key]
             self.fenced_keys.discard(key)
             if park:
                 # The operator decides what comes next (retry puts the record back at the head).
@@ -314,7 +236,67 @@ class Dispatcher:
             self._force_remark = True
             self._room.notify_all()
 
-    # -- internals (lock held) ----------------------------------------------------------------
+    # -- marker side ---------------------------------------------------------------------------
+    def wait_for_room(self, timeout: float) -> bool:
+        """Block until marking more is useful: the throttle has free slots nobody is queued for,
+        and the pending backlog is bounded (memory)."""
+        with self._room:
+            return self._room.wait_for(
+                lambda: (
+                    (
+                        self.in_flight + len(self._ready) < self.max_in_flight
+                        and len(self._held_ids) < self.max_in_flight
+                    )
+                    or self._force_remark
+                ),
+                timeout,
+            )
+
+    def refresh(self) -> int:
+        """The marker takes a fresh leader id: drop every unsent record (they are re-marked under
+        the new id) and clear forceRemark. Returns how many were dropped."""
+        with self._lock:
+            dropped = len(self._held_ids)
+            for entry in self._ready:
+                self._unready(entry)
+            self._ready.clear()
+            self._pending.clear()
+            self._held_ids.clear()
+            self._force_remark = False
+            self.generation += 1
+            self._room.notify_all()
+            return dropped
+
+    # -- internals (lock held; the shape-specific ones in each shape) --------------------------
+    def _admit(self, records: list[MarkedRecord], sends: list[MarkedRecord]) -> bool:
+        """Admit ``records`` (in id order) into ``sends`` or their waiting lines; True if the
+        batch was abandoned (forceRemark was raised)."""
+        raise NotImplementedError
+
+    def _leave(self, record: MarkedRecord) -> None:
+        """An in-flight record leaves its window (settled or abandoned)."""
+        raise NotImplementedError
+
+    def _refill(self, key: str, sends: list[MarkedRecord]) -> None:
+        """Move a key's pending records into its window while it has room."""
+        raise NotImplementedError
+
+    def _close(self, key: str, failure: Failure) -> list[MarkedRecord]:
+        """Empty a fenced, drained window for :meth:`close_failure`; return its records."""
+        raise NotImplementedError
+
+    def _unready(self, entry: _Entry) -> None:
+        """A ready (unsent) entry leaves its window: it is re-marked after a refresh."""
+        raise NotImplementedError
+
+    def _dispatch(self, entry: _Entry) -> None:
+        raise NotImplementedError
+
+    def _note_done(self, ids: list[int]) -> None:
+        self.tick += 1
+        self._done.update(ids)
+        self._done_log.append((self.tick, ids))
+
     def _forget_done(self, tick: int) -> None:
         """A batch marked at ``tick`` started after everything done up to it: no copy of those can
         follow (ticks are stamped after the increment, so "done at t <= tick" means before)."""
@@ -322,6 +304,208 @@ class Dispatcher:
         while log and log[0][0] <= tick:
             self._done.difference_update(log.popleft()[1])
 
+    def _check_order(self, key: str, rid: int) -> None:
+        """The per-key order invariant, for a record about to be dispatched."""
+        floor = self._floor.pop(key, None) if self._floor else None
+        if floor is not None:
+            if rid < floor:
+                raise InvariantViolation(
+                    f"discontinuity for key {key!r}: record {rid} dispatched before {floor}, "
+                    "where its re-send must start"
+                )
+        else:
+            last = self._last_sent.get(key)
+            if last is not None and rid < last:
+                raise InvariantViolation(
+                    f"discontinuity for key {key!r}: record {rid} dispatched after {last}"
+                )
+        self._last_sent[key] = rid
+        if len(self._last_sent) > 200_000:
+            # Bound memory: forget idle keys (nothing in flight or waiting for them).
+            self._last_sent = {k: v for k, v in self._last_sent.items() if k in self._windows}
+            self._floor = {k: v for k, v in self._floor.items() if k in self._windows}
+
+    def _fill(self, sends: list[MarkedRecord]) -> None:
+        """Dispatch ready records, oldest first, while the throttle has room."""
+        if self._force_remark:
+            return
+        while self._ready and self.in_flight < self.max_in_flight:
+            entry = self._ready.popleft()
+            self._held_ids.discard(entry[RECORD].id)
+            self._dispatch(entry)
+            sends.append(entry[RECORD])
+
+
+class Barrier(Dispatcher):
+    """``perKeyInFlight`` 1, goharvest's per-key barrier. A key's window is its one entry
+    ``[record, state]``: an acknowledged record is the window's whole prefix, so it is purged
+    straight from its delivery report, and a failed one has drained its window at once."""
+
+    def __init__(self, max_in_flight: int, per_key: int = 1) -> None:
+        super().__init__(max_in_flight, 1)
+        self._windows: dict[str, _Entry]
+        self._flying = 0
+
+    @property
+    def in_flight(self) -> int:
+        return self._flying
+
+    def _admit(self, records: list[MarkedRecord], sends: list[MarkedRecord]) -> bool:
+        windows, pending, held, done = self._windows, self._pending, self._held_ids, self._done
+        ready = self._ready
+        for record in records:
+            if self._force_remark:
+                return True
+            rid, key = record.id, record.key
+            if rid in done:
+                continue  # purged or buried after this batch was marked: a stale copy
+            entry = windows.get(key)
+            if entry is not None:
+                if entry[RECORD].id == rid or rid in held:
+                    continue  # a re-marked copy of a record we hold: its original settles it
+                queue = pending.get(key)
+                if queue is None:
+                    pending[key] = deque((record,))
+                else:
+                    queue.append(record)
+                held.add(rid)
+                continue
+            # A key with no window has nothing pending (pending keys keep their window, but
+            # while forceRemark is up — and then this loop has returned).
+            entry = windows[key] = [record, READY]
+            if not ready and self._flying < self.max_in_flight:
+                self._check_order(key, rid)  # _dispatch, inline: this is the hot path
+                entry[STATE] = SENT
+                self._flying += 1
+                sends.append(record)
+            else:
+                ready.append(entry)
+                held.add(rid)
+        return False
+
+    def acknowledge(self, ok: Iterable[MarkedRecord], failed: Iterable[MarkedRecord]) -> Settlement:
+        plan = Settlement()
+        with self._lock:
+            windows, purge = self._windows, plan.purge
+            for record in ok:
+                entry = windows.get(record.key)
+                if entry is None or entry[STATE] != SENT or entry[RECORD].id != record.id:
+                    raise _not_in_flight(record, "acknowledged")
+                entry[STATE] = PURGING
+                purge.append(entry[RECORD])
+            for record in failed:
+                entry = windows.get(record.key)
+                if entry is None or entry[STATE] != SENT or entry[RECORD].id != record.id:
+                    raise _not_in_flight(record, "acknowledged")
+                entry[STATE] = FAILED
+                self.fenced_keys.add(record.key)
+                plan.failures.append(Failure(record.key, entry[RECORD]))
+        return plan
+
+    def _dispatch(self, entry: _Entry) -> None:
+        record = entry[RECORD]
+        self._check_order(record.key, record.id)
+        entry[STATE] = SENT
+        self._flying += 1
+
+    def _leave(self, record: MarkedRecord) -> None:
+        key = record.key
+        entry = self._windows.get(key)
+        if entry is None or entry[STATE] in (READY, FAILED) or entry[RECORD].id != record.id:
+            raise _not_in_flight(record, "settled")
+        del self._windows[key]
+        self._flying -= 1
+
+    def _refill(self, key: str, sends: list[MarkedRecord]) -> None:
+        queue = self._pending.get(key)
+        if not queue or self._force_remark or key in self._windows:
+            return
+        record = queue.popleft()
+        if not queue:
+            del self._pending[key]
+        self._held_ids.discard(record.id)
+        entry = self._windows[key] = [record, READY]
+        if not self._ready and self._flying < self.max_in_flight:
+            self._dispatch(entry)
+            sends.append(record)
+        else:
+            self._ready.append(entry)
+            self._held_ids.add(record.id)
+
+    def _close(self, key: str, failure: Failure) -> list[MarkedRecord]:
+        entry = self._windows.get(key)
+        if entry is None or entry[STATE] != FAILED:
+            raise _not_fenced(failure)
+        del self._windows[key]
+        self._flying -= 1
+        return [entry[RECORD]]
+
+    def _unready(self, entry: _Entry) -> None:
+        del self._windows[entry[RECORD].key]
+
+
+class Windows(Dispatcher):
+    """``perKeyInFlight`` N > 1: a key's window holds up to N records in id order, for one
+    destination and one leader id; only its acknowledged prefix is purged."""
+
+    def __init__(self, max_in_flight: int, per_key: int = 2) -> None:
+        super().__init__(max_in_flight, per_key)
+        self._windows: dict[str, _Window]
+        self._entries: dict[int, _Entry] = {}  # id -> entry, for every windowed record
+        self._in_flight_ids: set[int] = set()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight_ids)
+
+    def _admit(self, records: list[MarkedRecord], sends: list[MarkedRecord]) -> bool:
+        done = self._done
+        for record in records:
+            if self._force_remark:
+                return True
+            if record.id in done:
+                continue  # purged or buried after this batch was marked: a stale copy
+            if record.id in self._entries or record.id in self._held_ids:
+                # A re-marked copy of a record we already hold (after a leader refresh): its
+                # original settles it — purged on success, re-marked again on failure.
+                continue
+            key = record.key
+            window = self._windows.get(key)
+            if window is None:
+                window = self._windows[key] = _Window(record)
+            elif key in self._pending or not self._open(window, record):
+                self._pending.setdefault(key, deque()).append(record)
+                self._held_ids.add(record.id)
+                continue
+            self._enter(window, record, sends)
+        return False
+
+    def acknowledge(self, ok: Iterable[MarkedRecord], failed: Iterable[MarkedRecord]) -> Settlement:
+        plan = Settlement()
+        with self._lock:
+            touched: dict[str, _Window] = {}
+            for record in ok:
+                touched[record.key] = self._mark(record, ACKED)
+            for record in failed:
+                window = self._mark(record, FAILED)
+                touched[record.key] = window
+                if not window.fenced:
+                    self._fence(record.key, window)
+            for key, window in touched.items():
+                if window.fenced:
+                    failure = self._drained(key, window, plan.purge)
+                    if failure is not None:
+                        plan.failures.append(failure)
+                    continue
+                for entry in window.entries:
+                    if entry[STATE] == ACKED:
+                        entry[STATE] = PURGING
+                        plan.purge.append(entry[RECORD])
+                    elif entry[STATE] != PURGING:
+                        break
+        return plan
+
+    # -- internals (lock held) ----------------------------------------------------------------
     def _open(self, window: _Window, record: MarkedRecord) -> bool:
         if window.fenced or len(window.entries) >= self.per_key:
             return False
@@ -351,7 +535,6 @@ class Dispatcher:
             self._held_ids.add(record.id)
 
     def _refill(self, key: str, sends: list[MarkedRecord]) -> None:
-        """Move a key's pending records into its window while it has room."""
         window = self._windows.get(key)
         queue = self._pending.get(key)
         if window is None:
@@ -368,46 +551,16 @@ class Dispatcher:
         if not window.entries and key not in self._pending:
             del self._windows[key]
 
-    def _fill(self, sends: list[MarkedRecord]) -> None:
-        """Dispatch ready records, oldest first, while the throttle has room."""
-        if self._force_remark:
-            return
-        while self._ready and len(self._in_flight_ids) < self.max_in_flight:
-            entry = self._ready.popleft()
-            self._held_ids.discard(entry[RECORD].id)
-            self._dispatch(entry)
-            sends.append(entry[RECORD])
-
     def _dispatch(self, entry: _Entry) -> None:
         record = entry[RECORD]
-        key, rid = record.key, record.id
-        floor = self._floor.pop(key, None)
-        if floor is not None:
-            if rid < floor:
-                raise InvariantViolation(
-                    f"discontinuity for key {key!r}: record {rid} dispatched before {floor}, "
-                    "where its re-send must start"
-                )
-        else:
-            last = self._last_sent.get(key)
-            if last is not None and rid < last:
-                raise InvariantViolation(
-                    f"discontinuity for key {key!r}: record {rid} dispatched after {last}"
-                )
-        self._last_sent[key] = rid
-        if len(self._last_sent) > 200_000:
-            # Bound memory: forget idle keys (nothing in flight or waiting for them).
-            self._last_sent = {k: v for k, v in self._last_sent.items() if k in self._windows}
-            self._floor = {k: v for k, v in self._floor.items() if k in self._windows}
+        self._check_order(record.key, record.id)
         entry[STATE] = SENT
-        self._in_flight_ids.add(rid)
+        self._in_flight_ids.add(record.id)
 
     def _mark(self, record: MarkedRecord, state: int) -> _Window:
         entry = self._entries.get(record.id)
         if entry is None or entry[STATE] != SENT:
-            raise InvariantViolation(
-                f"record {record.id} (key {record.key!r}) acknowledged but was not in flight"
-            )
+            raise _not_in_flight(record, "acknowledged")
         entry[STATE] = state
         return self._windows[record.key]
 
@@ -435,10 +588,33 @@ class Dispatcher:
             first += 1
         return Failure(key, entries[first][RECORD], tuple(e[RECORD] for e in entries[first + 1 :]))
 
+    def _close(self, key: str, failure: Failure) -> list[MarkedRecord]:
+        window = self._windows.get(key)
+        if window is None or not window.fenced:
+            raise _not_fenced(failure)
+        records: list[MarkedRecord] = []
+        for entry in window.entries:
+            record = entry[RECORD]
+            if entry[STATE] in (READY, SENT):
+                raise InvariantViolation(f"key {key!r} closed with record {record.id} still in flight")
+            del self._entries[record.id]
+            self._in_flight_ids.discard(record.id)
+            records.append(record)
+        del self._windows[key]
+        return records
+
+    def _unready(self, entry: _Entry) -> None:
+        record = entry[RECORD]
+        window = self._windows[record.key]
+        window.entries.remove(entry)  # ready entries are the window's unsent tail
+        del self._entries[record.id]
+        if not window.entries:
+            del self._windows[record.key]
+
     def _leave(self, record: MarkedRecord) -> None:
         entry = self._entries.pop(record.id, None)
         if entry is None or record.id not in self._in_flight_ids:
-            raise InvariantViolation(f"record {record.id} (key {record.key!r}) settled but was not in flight")
+            raise _not_in_flight(record, "settled")
         self._in_flight_ids.discard(record.id)
         window = self._windows[record.key]
         if window.entries[0] is entry:
@@ -447,3 +623,13 @@ class Dispatcher:
             window.entries.remove(entry)
         if not window.entries and not window.fenced and record.key not in self._pending:
             del self._windows[record.key]
+
+
+def _not_fenced(failure: Failure) -> InvariantViolation:
+    return InvariantViolation(
+        f"failure of record {failure.record.id} closed but key {failure.key!r} is not fenced"
+    )
+
+
+def _not_in_flight(record: MarkedRecord, what: str) -> InvariantViolation:
+    return InvariantViolation(f"record {record.id} (key {record.key!r}) {what} but was not in flight")

@@ -395,8 +395,9 @@ class Term:
                     self._outstanding -= len(deliveries)
                 return  # term ending with the database away: rows stay marked, windows stay full
             counters.purged += len(plan.purge)
-            for r in plan.purge:
-                self._attempts.pop(r.id, None)
+            if self._attempts:  # records that failed before; usually none
+                for r in plan.purge:
+                    self._attempts.pop(r.id, None)
             with self._send_order:
                 self._enqueue(self.dispatcher.settle(plan.purge))
         for failure in plan.failures:
