@@ -7,6 +7,8 @@
 (c) the same with all rows over 10 keys (the per-key barrier's worst case), with perKeyInFlight 1
     (goharvest's barrier) and with each N of --per-key (pipelined keys), the best N reported;
 (d) end-to-end latency (row commit -> broker ack) at a fixed offered load of 2,000 rec/s;
+(f) with --wakeups: the outbox's notify trigger (PostgreSQL) against polling, in turns: an idle
+    harvester's transactions per second, latency at 20 rec/s, and the trigger's cost per insert;
 (e) with --versus REV: paired drains of the many-keys rows, this tree against REV (built from git
     in a temporary directory), each in a fresh process, alternating which goes first.
 Last line: one JSON object with the figures.
@@ -160,7 +162,8 @@ def latency(
     harvest.start()
     try:
         wait_until(acquired.is_set, timeout=30)
-        per_tick, tick = max(1, rate // 100), 0.01  # 100 small transactions a second
+        per_tick = max(1, rate // 100)  # at most 100 small transactions a second
+        tick = per_tick / rate
         with psycopg.connect(dsn) as conn:
             start = time.perf_counter()
             n = 0
@@ -212,7 +215,12 @@ def main() -> None:
         metavar="REV",
         help="only paired drains of the many-keys rows: this tree against the package at REV",
     )
+    ap.add_argument("--wakeups", action="store_true", help="only the wake-up measures (f)")
+    ap.add_argument("--idle-seconds", type=float, default=30.0, help="(f): idle window per round")
     args = ap.parse_args()
+    if args.wakeups:
+        wakeups(args)
+        return
     if args.versus:
         versus(args)
         return
@@ -343,6 +351,113 @@ def versus(args: argparse.Namespace) -> None:
             "new_headers_rps": round(statistics.median(headers)),
             "ratio": round(statistics.median(ratios), 3),
             "ratio_with_headers": round(statistics.median(with_headers), 3),
+        },
+    )
+
+
+def use_trigger(dsn: str, on: bool) -> None:
+    with Database(dsn) as db:
+        if on:
+            init_outbox(db, notify=True)
+        else:
+            db.execute("DROP TRIGGER IF EXISTS outbox_sluice_notify ON outbox")
+        db.execute("TRUNCATE outbox")
+
+
+def commits(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+        return int(row[0])  # type: ignore[index]
+
+
+def idle_rate(dsn: str, bootstrap: str, name: str, seconds: float) -> float:
+    """Transactions a second on the outbox's database while a harvester idles on it (the server's
+    own count: every statement the harvester's connections run, election included)."""
+    acquired = threading.Event()
+    harvest = Harvest(harvest_config(dsn, bootstrap, name, 500))
+    harvest.set_event_handler(lambda e: acquired.set() if isinstance(e, LeaderAcquired) else None)
+    harvest.start()
+    try:
+        wait_until(acquired.is_set, timeout=30)
+        time.sleep(3)
+        before = commits(dsn)
+        time.sleep(seconds)
+        after = commits(dsn)
+    finally:
+        harvest.stop()
+    return (after - before - 1) / seconds  # the reading's own transaction aside
+
+
+def insert_cost(dsn: str, rows: int) -> float:
+    """Microseconds per one-row insert transaction (commit included), from one connection."""
+    with psycopg.connect(dsn) as conn:
+        start = time.perf_counter()
+        for i in range(rows):
+            conn.execute(
+                "INSERT INTO outbox (create_time, kafka_topic, kafka_key, kafka_value, kafka_header_keys, "
+                "kafka_header_values) VALUES (now(), 'bench', %s, %s, '{}', '{}')",
+                (f"key-{i % 1000}", VALUE),
+            )
+            conn.commit()
+        return (time.perf_counter() - start) / rows * 1e6
+
+
+def wakeups(args: argparse.Namespace) -> None:
+    """(f): the notify trigger against polling (goharvest's markBackoff, 10 ms), in turns."""
+    idle: dict[bool, list[float]] = {True: [], False: []}
+    p99: dict[bool, list[float]] = {True: [], False: []}
+    cost: dict[bool, list[float]] = {True: [], False: []}
+    with Broker() as broker, scratch_postgres() as dsn:
+        load(dsn, 0, 1, "bench-wake")
+        topic = broker.create_topic("bench-wake", 8)
+        for r in range(args.rounds):
+            for on in (True, False) if r % 2 == 0 else (False, True):
+                use_trigger(dsn, on)
+                cost[on].append(insert_cost(dsn, 5000))
+                use_trigger(dsn, on)
+                idle[on].append(idle_rate(dsn, broker.bootstrap, f"idle-{r}-{on}", args.idle_seconds))
+                p99[on].append(latency(dsn, broker.bootstrap, topic, 20, 10.0, 500)[1])
+    med = {
+        k: {on: statistics.median(v[on]) for on in (True, False)}
+        for k, v in (("idle", idle), ("p99", p99), ("cost", cost))
+    }
+
+    def both(values: dict[bool, list[float]], fmt: str) -> str:
+        return (
+            " / ".join(fmt.format(v) for v in values[True])
+            + "  vs polling "
+            + " / ".join(fmt.format(v) for v in values[False])
+        )
+
+    report(
+        f"harvest wake-ups: the notify trigger against polling, {args.rounds} rounds in turns",
+        [
+            (
+                "idle harvester, transactions/s (target <= 1)",
+                f"{med['idle'][True]:.2f}  (polling {med['idle'][False]:.1f})",
+            ),
+            ("  rounds", both(idle, "{:.2f}")),
+            (
+                "latency p99 @ 20 rec/s (target <= 20 ms)",
+                f"{med['p99'][True]:.1f} ms  (polling {med['p99'][False]:.1f} ms)",
+            ),
+            ("  rounds", both(p99, "{:.1f}")),
+            (
+                "one-row insert transaction, µs",
+                f"{med['cost'][True]:.0f}  (no trigger {med['cost'][False]:.0f})",
+            ),
+            ("  rounds", both(cost, "{:.0f}")),
+        ],
+        {
+            "bench": "harvest-wakeups",
+            "idle_tps": round(med["idle"][True], 3),
+            "idle_tps_polling": round(med["idle"][False], 2),
+            "p99_ms_20rps": round(med["p99"][True], 2),
+            "p99_ms_20rps_polling": round(med["p99"][False], 2),
+            "insert_us": round(med["cost"][True], 1),
+            "insert_us_no_trigger": round(med["cost"][False], 1),
         },
     )
 

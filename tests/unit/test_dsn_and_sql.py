@@ -112,7 +112,16 @@ def test_parse_blocks() -> None:
 
 
 #: Statements only some dialects need (MySQL has no UPDATE … RETURNING, no LIKE-with-columns).
-DIALECT_EXTRAS = {Dialect.MYSQL: {"mark_update", "extend_dead_table"}}
+DIALECT_EXTRAS = {
+    Dialect.MYSQL: {"mark_update", "extend_dead_table"},
+    # LISTEN/NOTIFY wake-ups: PostgreSQL only (the other dialects poll).
+    Dialect.POSTGRES: {
+        "create_notify_function",
+        "drop_notify_trigger",
+        "create_notify_trigger",
+        "notify_trigger_exists",
+    },
+}
 
 
 def _sql_packages() -> list[str]:

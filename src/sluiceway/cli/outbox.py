@@ -41,16 +41,27 @@ def init(
         False, "--partition-column", help="Add kafka_partition (explicit partition)."
     ),
     binary_value: bool = typer.Option(False, "--binary-value", help="Make kafka_value binary (bytea/BLOB)."),
+    notify: bool = typer.Option(
+        False,
+        "--notify",
+        help="PostgreSQL: add a trigger whose NOTIFY wakes an idle harvester (no polling while empty).",
+    ),
 ) -> None:
     """Create the outbox table, its indexes and its dead-letter table (idempotent).
 
-    Example: sluice outbox init --dsn postgresql://postgres@127.0.0.1/app --table outbox
+    Example: sluice outbox init --dsn postgresql://postgres@127.0.0.1/app --table outbox --notify
     """
     with Database(dsn) as db:
-        layout = init_outbox(db, table, partition_column=partition_column, binary_value=binary_value)
+        layout = init_outbox(
+            db, table, partition_column=partition_column, binary_value=binary_value, notify=notify
+        )
     extras = [
         name
-        for name, on in (("kafka_partition", layout.has_partition), ("binary value", layout.binary_value))
+        for name, on in (
+            ("kafka_partition", layout.has_partition),
+            ("binary value", layout.binary_value),
+            ("the notify trigger", layout.notify),
+        )
         if on
     ]
     suffix = f" (with {', '.join(extras)})" if extras else ""

@@ -36,6 +36,9 @@ class Limits(StrictModel):
     min_metrics_interval: Duration | None = Field(None, alias="minMetricsInterval")
     #: sluiceway's: records of one key in flight at once; 1 (default) is goharvest's per-key barrier.
     per_key_in_flight: int | None = Field(None, alias="perKeyInFlight", ge=1, le=1000)
+    #: sluiceway's: with the outbox's notify trigger (PostgreSQL), the longest an idle harvester
+    #: waits for a notification before it marks anyway (a lost one); 0 = ignore the trigger.
+    idle_poll: Duration | None = Field(None, alias="idlePoll", ge=0)
 
     def resolved(self) -> ResolvedLimits:
         """Fill goharvest's defaults, including the derived ones."""
@@ -59,6 +62,7 @@ class Limits(StrictModel):
             mark_query_records=self.mark_query_records or 100,
             min_metrics_interval=5.0 if self.min_metrics_interval is None else self.min_metrics_interval,
             per_key_in_flight=self.per_key_in_flight or 1,
+            idle_poll=30.0 if self.idle_poll is None else self.idle_poll,
         )
 
 
@@ -79,6 +83,7 @@ class ResolvedLimits(StrictModel):
     mark_query_records: int
     min_metrics_interval: float
     per_key_in_flight: int
+    idle_poll: float
 
 
 class JournalTarget(StrictModel):
@@ -245,7 +250,7 @@ class Harvest(StrictModel):
                 continue
             if getattr(self, name) != info.get_default(call_default_factory=True):
                 return True
-        return self.limits.per_key_in_flight is not None
+        return self.limits.per_key_in_flight is not None or self.limits.idle_poll is not None
 
     @property
     def group_id(self) -> str:

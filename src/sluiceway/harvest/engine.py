@@ -50,7 +50,7 @@ from sluiceway.harvest.events import (
     RecordDeadLettered,
     Stats,
 )
-from sluiceway.harvest.ports import Delivery, OutboxStore, Publisher
+from sluiceway.harvest.ports import Delivery, OutboxStore, Publisher, Wakeups
 from sluiceway.harvest.sequence import with_sequence_headers
 from sluiceway.harvest.shards import ShardQueue
 from sluiceway.outbox.record import MarkedRecord
@@ -78,7 +78,13 @@ class EngineLimits:
     per_key_in_flight: int = 1
     #: Publish ``sluice-id`` and ``sluice-leader`` headers with every record.
     sequence_headers: bool = False
+    #: With wake-ups (the outbox's notify trigger), the longest an idle marker waits for one
+    #: before marking anyway; 0 = never listen, poll every ``mark_backoff``.
+    idle_poll: float = 30.0
 
+
+#: Seconds between two counts of parked keys while the harvester is idle (see Term._parked_keys).
+PARKED_IDLE_RECOUNT = 60.0
 
 #: The error of a record not sent because an earlier record of its key failed (it is re-sent).
 WITHHELD = "withheld: an earlier record of its key failed"
@@ -146,6 +152,10 @@ class Term:
         self._attempts: dict[int, int] = {}
         self._failures: dict[int, Delivery] = {}  # id -> its failed delivery, until its window drains
         self._publisher_failed: str | None = None
+        # The meter's count of parked keys, and when (and after what) it was taken.
+        self._parked: int | None = None
+        self._parked_seen: tuple[int, int] | None = None
+        self._parked_at = 0.0
 
     # -- marker (calling thread) ------------------------------------------------------------
     def run(self) -> None:
@@ -191,15 +201,19 @@ class Term:
     def _mark_loop(self) -> None:
         engine, lim, disp = self.engine, self.limits, self.dispatcher
         store: OutboxStore | None = None
+        wake: Wakeups | None = None
         last_meter = time.monotonic()
         try:
             store = engine.store_factory()
+            # Listening starts before the first mark: a row added after a mark that found nothing
+            # is always notified to us.
+            wake = store.wakeups() if lim.idle_poll > 0 else None
             while not self._stopping.is_set() and self._error is None:
                 if disp.force_remark:
                     self._refresh("a delivery failed")
                 now = time.monotonic()
                 if now - last_meter >= lim.min_metrics_interval:
-                    engine.emit_meter(now - last_meter, disp, self._parked_keys(store))
+                    engine.emit_meter(now - last_meter, disp, self._parked_keys(store, now))
                     last_meter = now
                 if not disp.wait_for_room(timeout=0.1) or disp.force_remark:
                     continue
@@ -227,7 +241,10 @@ class Term:
                     # purged ids a stale batch could hold only as later batches come through.
                     with contextlib.suppress(queue.Full):
                         self._handoff.put_nowait((generation, tick, marked))
-                    self._sleep(lim.mark_backoff)
+                    if wake is None:
+                        self._sleep(lim.mark_backoff)
+                    else:
+                        self._idle(wake)
                     continue
                 engine.counters.marked += len(marked)
                 while not self._stopping.is_set():
@@ -240,16 +257,39 @@ class Term:
             log.exception("marker failed")
             self._error = exc
         finally:
+            if wake is not None:
+                wake.close()
             if store is not None:
                 store.close()
 
-    def _parked_keys(self, store: OutboxStore) -> int | None:
-        """Keys parked behind a dead letter (any leader's), for the meter; None if unknown."""
+    def _idle(self, wake: Wakeups) -> None:
+        """Nothing to mark, and the outbox notifies: wait for a notification instead of polling
+        every markBackoff — at most ``idle_poll`` (a lost notification), and never past what this
+        term itself needs the marker for (forceRemark, the end of the term)."""
+        deadline = time.monotonic() + self.limits.idle_poll
+        while not self._stopping.is_set() and self._error is None and not self.dispatcher.force_remark:
+            left = deadline - time.monotonic()
+            if left <= 0 or wake.wait(min(left, 0.1)):
+                return
+
+    def _parked_keys(self, store: OutboxStore, now: float) -> int | None:
+        """Keys parked behind a dead letter (any leader's), for the meter; None if unknown.
+
+        Counted again when records were marked or buried since the last count, else at most every
+        ``PARKED_IDLE_RECOUNT`` s: an idle harvester's queries are the few it cannot do without
+        (an operator's retry inserts a row, which is marked; only a resolve waits for the recount).
+        """
+        c = self.engine.counters
+        seen = (c.marked, c.dead)
+        if seen == self._parked_seen and now - self._parked_at < PARKED_IDLE_RECOUNT:
+            return self._parked
         try:
-            return store.parked_keys()
+            self._parked = store.parked_keys()
         except DatabaseError as exc:
             log.debug("counting parked keys failed: %s", exc)
-            return None
+            self._parked = None
+        self._parked_seen, self._parked_at = seen, now
+        return self._parked
 
     def _refresh(self, why: str) -> None:
         """Take a fresh leader id (marker thread only)."""

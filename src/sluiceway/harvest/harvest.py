@@ -42,6 +42,7 @@ def engine_limits(config: HarvestConfig) -> EngineLimits:
         bury_permanent=dl.permanent_errors,
         park_key=dl.park_key,
         per_key_in_flight=lim.per_key_in_flight,
+        idle_poll=lim.idle_poll,
         sequence_headers=config.harvest.sequence_headers,
     )
 

@@ -26,6 +26,18 @@ class Delivery(NamedTuple):
     fatal: bool = False
 
 
+class Wakeups(Protocol):
+    """Notifications that rows were added to the outbox (PostgreSQL's LISTEN, on the outbox's
+    notify trigger). Hints only: the marker still marks to find out what is there."""
+
+    def wait(self, timeout: float) -> bool:
+        """True when woken (rows may have been added, or a lost connection was reopened: look),
+        False when ``timeout`` seconds passed with nothing."""
+        ...
+
+    def close(self) -> None: ...
+
+
 class OutboxStore(Protocol):
     """The three verbs of MP/R plus burial of poison records. Each call may fail with a
     DatabaseError *after* succeeding on the server: callers must assume it might have."""
@@ -43,6 +55,11 @@ class OutboxStore(Protocol):
 
     def parked_keys(self) -> int:
         """How many keys are parked behind a dead letter."""
+        ...
+
+    def wakeups(self) -> Wakeups | None:
+        """Start listening for added rows, if the outbox can tell (its notify trigger); else None
+        (the marker polls). Listening starts here: call it before the mark it should follow."""
         ...
 
     def close(self) -> None: ...

@@ -17,8 +17,34 @@ from sluiceway.errors import DatabaseError
 from sluiceway.outbox.record import MAX_ERROR_LENGTH, MarkedRecord, OutboxRecord, validate_record
 
 
-class MemoryOutboxStore:
+class _Bell:
+    """Wake-ups of the in-memory store (what the notify trigger and LISTEN are on PostgreSQL)."""
+
     def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._rung = self._seen = 0
+
+    def ring(self) -> None:
+        with self._cv:
+            self._rung += 1
+            self._cv.notify_all()
+
+    def wait(self, timeout: float) -> bool:
+        with self._cv:
+            if not self._cv.wait_for(lambda: self._rung != self._seen, timeout):
+                return False
+            self._seen = self._rung
+            return True
+
+    def close(self) -> None:
+        pass
+
+
+class MemoryOutboxStore:
+    def __init__(self, *, notify: bool = False) -> None:
+        #: Inserts wake listeners (:meth:`wakeups`), as the notify trigger does on PostgreSQL.
+        self.notify = notify
+        self._bells: list[_Bell] = []
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self.rows: dict[int, MarkedRecord] = {}
@@ -43,7 +69,10 @@ class MemoryOutboxStore:
                 None,
                 record.partition if record.partition is not None and record.partition >= 0 else None,
             )
-            return rid
+            bells = list(self._bells)
+        for bell in bells:
+            bell.ring()
+        return rid
 
     def fail_next(self, verb: str, *, applied: bool = False, times: int = 1) -> None:
         """Make the next ``times`` calls of ``verb`` raise; ``applied`` = the change happens first."""
@@ -131,12 +160,23 @@ class MemoryOutboxStore:
             row, _, _ = self.dead.pop(record_id)
             rid = record_id if self.parked.pop(record_id, None) is not None else next(self._ids)
             self.rows[rid] = row._replace(id=rid, leader_id=None)
+            bells = list(self._bells)
+        for bell in bells:
+            bell.ring()
 
     def resolve(self, record_id: int) -> None:
         """Discard a dead letter, releasing its key."""
         with self._lock:
             del self.dead[record_id]
             self.parked.pop(record_id, None)
+
+    def wakeups(self) -> _Bell | None:
+        if not self.notify:
+            return None
+        bell = _Bell()
+        with self._lock:
+            self._bells.append(bell)
+        return bell
 
     def close(self) -> None:
         pass

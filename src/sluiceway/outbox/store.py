@@ -7,6 +7,7 @@ import logging
 from collections.abc import Sequence
 
 from sluiceway.db import Database, Dialect
+from sluiceway.db.notify import Listener
 from sluiceway.outbox.record import MAX_ERROR_LENGTH, MarkedRecord
 from sluiceway.outbox.table import OutboxLayout, decode_rows, discover, queries
 
@@ -81,6 +82,13 @@ class SqlOutboxStore:
             return 0
         row = self.db.fetchone(self.q["parked_keys"], what="count parked keys")
         return int(row[0]) if row else 0
+
+    def wakeups(self) -> Listener | None:
+        if not self.layout.notify:
+            return None
+        listener = Listener(self.db.source, self.layout.notify_channel)
+        listener.wait(0)  # connect and LISTEN now, before the marks it is to follow
+        return listener
 
     def close(self) -> None:
         self.db.close()

@@ -37,6 +37,8 @@ class OutboxLayout:
     binary_value: bool = False
     #: The dead-letter table exists and has the ``parked`` column (dead letters can park keys).
     can_park: bool = False
+    #: The table has sluiceway's notify trigger (PostgreSQL): inserts wake an idle harvester.
+    notify: bool = False
 
     @property
     def dead_table(self) -> str:
@@ -45,6 +47,25 @@ class OutboxLayout:
     @property
     def columns(self) -> tuple[str, ...]:
         return BASE_COLUMNS + (("kafka_partition",) if self.has_partition else ())
+
+    @property
+    def notify_channel(self) -> str:
+        """The channel the notify trigger wakes: one per outbox table (schema included)."""
+        return _short(f"sluice_outbox_{self.table.replace('.', '_')}")
+
+    @property
+    def notify_trigger(self) -> str:
+        return _short(f"{bare_name(self.table)}_sluice_notify")
+
+    @property
+    def notify_function(self) -> str:
+        schema, _, name = self.table.rpartition(".")
+        return (f"{schema}." if schema else "") + _short(f"sluice_notify_{name}")
+
+
+def _short(name: str) -> str:
+    """PostgreSQL keeps 63 bytes of a name: derived names are cut there, never silently by it."""
+    return name[:63]
 
 
 def queries(dialect: Dialect, layout: OutboxLayout) -> QuerySet:
@@ -60,14 +81,30 @@ def queries(dialect: Dialect, layout: OutboxLayout) -> QuerySet:
         raw_data_columns=", ".join(c for c in columns if c not in ("id", "leader_id")),
         raw_index=f"{bare_name(layout.table)}_leader_id_idx",
         raw_dead_index=f"{bare_name(layout.dead_table)}_parked_key_idx",
+        notify_function=layout.notify_function,
+        raw_notify_trigger=layout.notify_trigger,
+        # Built from a checked table name (letters, digits, underscores): safe as a literal.
+        raw_channel_literal=f"'{layout.notify_channel}'",
     )
 
 
 def init_outbox(
-    db: Database, table: str = "outbox", *, partition_column: bool = False, binary_value: bool = False
+    db: Database,
+    table: str = "outbox",
+    *,
+    partition_column: bool = False,
+    binary_value: bool = False,
+    notify: bool = False,
 ) -> OutboxLayout:
-    """Create the outbox and its dead-letter table if missing (idempotent)."""
+    """Create the outbox and its dead-letter table if missing (idempotent). ``notify``: add the
+    trigger that wakes an idle harvester on every insert (PostgreSQL only)."""
     check_identifier(table)
+    if notify and db.dialect is not Dialect.POSTGRES:
+        raise ConfigError(
+            f"wake-ups (--notify) need PostgreSQL's LISTEN/NOTIFY; on {db.dialect.value} the "
+            "harvester polls every markBackoff",
+            path="notify",
+        )
     q = queries(db.dialect, OutboxLayout(table))
     db.execute(q["create_table"], what=f"create table {table}")
     db.execute(q["create_index"], what=f"create index on {table}")
@@ -84,6 +121,11 @@ def init_outbox(
     if "parked" not in _column_types(db, layout.dead_table):
         db.execute(q["add_dead_parked_column"], what=f"add parked column to {layout.dead_table}")
     db.execute(q["create_dead_index"], what=f"create index on {layout.dead_table}")
+    if notify:
+        with db.transaction():
+            db.execute(q["create_notify_function"], what=f"create function {layout.notify_function}")
+            db.execute(q["drop_notify_trigger"], what=f"replace trigger {layout.notify_trigger}")
+            db.execute(q["create_notify_trigger"], what=f"create trigger {layout.notify_trigger}")
     return discover(db, table)
 
 
@@ -105,11 +147,21 @@ def discover(db: Database, table: str = "outbox") -> OutboxLayout:
         raise ConfigError(
             f"outbox table {table!r} does not exist (create it with `sluice outbox init`)", path="outboxTable"
         )
+    bare = OutboxLayout(table)
+    notify = False
+    if db.dialect is Dialect.POSTGRES:
+        found = db.fetchone(
+            queries(db.dialect, bare)["notify_trigger_exists"],
+            {"table": table, "trigger": bare.notify_trigger},
+            what=f"look for the notify trigger of {table}",
+        )
+        notify = bool(found and found[0])
     return OutboxLayout(
         table=table,
         has_partition="kafka_partition" in types,
         binary_value=types.get("kafka_value", "") in ("bytea", "blob", "varbinary", "longblob", "mediumblob"),
-        can_park="parked" in _column_types(db, OutboxLayout(table).dead_table),
+        can_park="parked" in _column_types(db, bare.dead_table),
+        notify=notify,
     )
 
 

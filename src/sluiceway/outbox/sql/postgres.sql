@@ -148,3 +148,27 @@ DELETE FROM {dead} WHERE id = %(id)s
 -- name: current_database
 -- Logged at start-up: the database the DSN actually reached (see db/dsn.py's dsn_warnings).
 SELECT current_database()
+
+-- name: create_notify_function
+-- Wake-ups (`sluice outbox init --notify`): one NOTIFY per inserting statement, delivered when
+-- its transaction commits, so a harvester never wakes before the rows are visible. The channel
+-- is a literal built from the checked table name (outbox.table.notify_channel).
+CREATE OR REPLACE FUNCTION {notify_function}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_notify({raw_channel_literal}, '');
+  RETURN NULL;
+END
+$$
+
+-- name: drop_notify_trigger
+DROP TRIGGER IF EXISTS {raw_notify_trigger} ON {outbox}
+
+-- name: create_notify_trigger
+CREATE TRIGGER {raw_notify_trigger} AFTER INSERT ON {outbox}
+FOR EACH STATEMENT EXECUTE FUNCTION {notify_function}()
+
+-- name: notify_trigger_exists
+SELECT EXISTS (
+  SELECT 1 FROM pg_trigger
+  WHERE tgrelid = to_regclass(%(table)s) AND tgname = %(trigger)s AND NOT tgisinternal AND tgenabled <> 'D'
+)
