@@ -1,5 +1,6 @@
 """The feed under chaos, on PostgreSQL: eight worker processes over 200 partitions of 50 items in
-three gates; one worker is killed with SIGKILL and a new one joins mid-run.
+three gates; one worker is killed with SIGKILL and a new one joins mid-run. Workers run with
+wake-ups (LISTEN/NOTIFY), as they do by default on PostgreSQL.
 
 Every processing is logged by the processor itself (start and end, per process, on the machine's
 monotonic clock), so the test checks what actually ran, not what the database says:
@@ -66,11 +67,20 @@ class Worker:
                     "--dsn", dsn, "--prefix", prefix,
                     "--processor", "tests.chaos.test_feed_chaos:record",
                     "--lease", str(LEASE), "--batch-size", "20", "--poll-interval", "0.1",
+                    # Wake-ups (LISTEN/NOTIFY) on, as by default on PostgreSQL: the guarantees
+                    # below must hold with idle workers resting on their listening connections.
+                    "--wake-ups", "--fallback-poll", "30",
                 ],
                 cwd=ROOT,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONPATH": str(ROOT), "FEED_CHAOS_DIR": str(logdir)},
+                # This tree's code first (as tests/chaos/test_journal_crash.py does), whatever
+                # the virtualenv was installed from.
+                env={
+                    **os.environ,
+                    "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+                    "FEED_CHAOS_DIR": str(logdir),
+                },
             )  # fmt: skip
 
     @property

@@ -15,7 +15,8 @@ def sluice(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedPr
     return subprocess.run(
         [sys.executable, "-m", "sluiceway.cli.main", *args],
         cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
+        # This tree's code first, whatever the virtualenv was installed from (a git worktree).
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]), "COLUMNS": "200"},
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -36,7 +36,12 @@ def sluice_process(args: list[str], log: Path) -> Iterator[subprocess.Popen[byte
         proc = subprocess.Popen(
             [sys.executable, "-m", "sluiceway.cli.main", *args],
             cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable},
+            # This tree's code first, whatever the virtualenv was installed from (a git worktree).
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+                "PYSPARK_PYTHON": sys.executable,
+            },
             stdout=out,
             stderr=out,
             start_new_session=True,  # its own process group: a JVM it starts goes with it

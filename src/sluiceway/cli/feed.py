@@ -124,8 +124,22 @@ def worker(
         float, typer.Option("--lease", min=0.5, help="Lease length in seconds (renewed every third).")
     ] = 20.0,
     poll_interval: Annotated[
-        float, typer.Option("--poll-interval", min=0.01, help="Seconds between idle polls.")
+        float,
+        typer.Option("--poll-interval", min=0.01, help="Seconds between idle polls (without wake-ups)."),
     ] = 0.5,
+    wake_ups: Annotated[
+        bool | None,
+        typer.Option(
+            "--wake-ups/--no-wake-ups",
+            help="Rest on LISTEN/NOTIFY when idle instead of polling (PostgreSQL only; default: on there).",
+        ),
+    ] = None,
+    fallback_poll: Annotated[
+        float,
+        typer.Option(
+            "--fallback-poll", min=0.01, help="With wake-ups: longest idle rest before polling anyway (s)."
+        ),
+    ] = 30.0,
     http_timeout: Annotated[
         float, typer.Option("--http-timeout", min=0.01, help="HTTP processor timeout (s).")
     ] = 10.0,
@@ -165,6 +179,8 @@ def worker(
         batch_size=batch_size,
         lease=lease,
         poll_interval=poll_interval,
+        wake_ups=wake_ups,
+        fallback_poll=fallback_poll,
         http_timeout=http_timeout,
         http_encoding="text" if http_encoding == "text" else "base64",
     )

@@ -3,12 +3,14 @@
 from sluiceway.db.connection import Database, map_db_error
 from sluiceway.db.dsn import DataSource, Dialect, dsn_warnings, parse_dsn
 from sluiceway.db.identifiers import check_identifier, quote_identifier
+from sluiceway.db.listen import Listener
 from sluiceway.db.queries import QuerySet, load_queries, parse_blocks
 
 __all__ = [
     "DataSource",
     "Database",
     "Dialect",
+    "Listener",
     "QuerySet",
     "check_identifier",
     "dsn_warnings",

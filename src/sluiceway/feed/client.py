@@ -160,6 +160,7 @@ class Feed:
     ) -> list[int]:
         ids: list[int] = []
         rows: list[tuple[int, int, bytes]] = []
+        created = False  # a partition created or appended to (not only skipped)
         with self.db.transaction():
             for name, gate, datas, attributes in prepared:
                 current = self.store.lock_partition(name)
@@ -174,7 +175,11 @@ class Feed:
                     pid = self._open_for_items(name, current, gate)
                 ids.append(pid)
                 rows.extend((pid, gate, d) for d in datas)
+                created = True
             self.store.insert_items(rows)
+            if created:
+                # Delivered at commit (PostgreSQL): no worker wakes before the work is visible.
+                self.store.notify("add")
         return ids
 
     def _open_for_items(self, name: str, current: tuple[int, Status, int, int], gate: int) -> int:
@@ -214,6 +219,7 @@ class Feed:
             at = current[2] if gate is None else _check_gate(gate)
             pid = self._open_for_items(name, current, at)
             self.store.insert_items([(pid, at, d) for d in datas])
+            self.store.notify("add")  # delivered at commit, with the items
         return len(datas)
 
     # -- checkpoints and operators --------------------------------------------------------------

@@ -62,6 +62,13 @@ class FeedMetrics:
         )
         gates.add_metric([self.feed], stats.gates_advanced)
         yield gates
+        wakeups = CounterMetricFamily(
+            "sluice_feed_wakeups",
+            "Notifications that woke this worker from an idle rest (PostgreSQL wake-ups)",
+            labels=["feed"],
+        )
+        wakeups.add_metric([self.feed], stats.wakeups)
+        yield wakeups
         held = GaugeMetricFamily(
             "sluice_feed_partitions_held", "Partitions leased right now", labels=["feed"]
         )

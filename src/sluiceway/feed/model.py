@@ -215,3 +215,5 @@ class WorkerStats:
     gates_advanced: int = 0
     partitions_completed: int = 0
     partitions_failed: int = 0
+    #: Notifications that woke this worker from an idle rest (PostgreSQL wake-ups).
+    wakeups: int = 0

@@ -7,6 +7,7 @@ A store (like a ``Database``) belongs to one thread.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -40,6 +41,27 @@ def table_names(prefix: str) -> tuple[str, str]:
     check_identifier(partitions, what="feed partitions table")
     check_identifier(items, what="feed items table")
     return partitions, items
+
+
+#: Longest LISTEN/NOTIFY channel name PostgreSQL accepts (NAMEDATALEN - 1 bytes).
+MAX_CHANNEL = 63
+
+
+def wake_channel(prefix: str) -> str:
+    """The LISTEN/NOTIFY channel of the feed whose tables are named from ``prefix``.
+
+    ``<prefix>wakeup`` while that fits PostgreSQL's 63 bytes, else a name derived from a hash of
+    the prefix. Channels are per database; two feeds in different schemas with the same unqualified
+    prefix share one, which costs only a spurious wake-up (a worker finds nothing and sleeps again).
+
+    >>> wake_channel("feed_"), wake_channel("ops.q_")
+    ('feed_wakeup', 'ops.q_wakeup')
+    """
+    table_names(prefix)  # validated: letters, digits, underscores and at most one dot
+    channel = f"{prefix}wakeup"
+    if len(channel.encode("utf-8")) <= MAX_CHANNEL:
+        return channel
+    return f"sluiceway_feed_{hashlib.sha256(prefix.encode('utf-8')).hexdigest()[:24]}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +112,11 @@ class FeedStore:
         self.dialect = db.dialect
         self.partitions_table, self.items_table = table_names(prefix)
         bare = prefix.split(".")[-1]
+        #: The LISTEN/NOTIFY channel (PostgreSQL); producers notify on it whenever they make work
+        #: available, in the same transaction.
+        self.channel = wake_channel(prefix)
+        #: Only PostgreSQL has LISTEN/NOTIFY: elsewhere no notification is sent and workers poll.
+        self.notifies = self.dialect is Dialect.POSTGRES
 
         def raw(suffix: str) -> str:
             return quote_identifier(check_identifier(f"{bare}{suffix}", what="feed index"), self.dialect)
@@ -109,6 +136,9 @@ class FeedStore:
             raw_items_failed_idx=raw("items_failed_idx"),
             raw_items_partition_idx=raw("items_partition_idx"),
             raw_items_partition_fk=raw("items_partition_fk"),
+            # The channel passed wake_channel's checks (letters, digits, underscores, a dot), so
+            # double quotes make it one exact, case-preserving identifier.
+            raw_wake_channel=f'"{self.channel}"',
         )
 
     # -- dialect parameter shapes -------------------------------------------------------------
@@ -203,6 +233,12 @@ class FeedStore:
             self.q["reopen_partition"], {"id": partition_id, "version": version}, what="feed reopen partition"
         )
         return n == 1
+
+    def notify(self, event: str) -> None:
+        """Wake the feed's listening workers when the current transaction commits (PostgreSQL;
+        elsewhere nothing). Call it inside the transaction that makes the work visible."""
+        if self.notifies:
+            self.db.execute(self.q["notify"], {"channel": self.channel, "event": event}, what="feed notify")
 
     # -- reading ------------------------------------------------------------------------------
     @staticmethod
@@ -324,9 +360,16 @@ class FeedStore:
     def release(self, owner: str, ids: Sequence[int]) -> int:
         if not ids:
             return 0
-        return self.db.execute(
-            self.q["release"], {"ids": self._ids(ids), "owner": owner}, what="feed release"
-        )
+        params = {"ids": self._ids(ids), "owner": owner}
+        if not self.notifies:
+            return self.db.execute(self.q["release"], params, what="feed release")
+        # A released partition is free at once: wake the others, in the release's own transaction
+        # (releases are rare — over target, stopping — so the extra round trips do not matter).
+        with self.db.transaction():
+            released = self.db.execute(self.q["release"], params, what="feed release")
+            if released:
+                self.notify("release")
+        return released
 
     # -- items: the hot path ------------------------------------------------------------------
     def claim(self, owner: str, limit: int, lease: float) -> list[Claimed]:
@@ -405,6 +448,15 @@ class FeedStore:
                 written += self.db.executemany(self.q["complete"], rows, what="feed complete")
         return written
 
+    def next_due(self, owner: str) -> float | None:
+        """Seconds until the first open item at the gates of ``owner``'s partitions becomes
+        claimable (by the database clock; <= 0: now), or None when none is open. PostgreSQL only:
+        a worker sleeping on LISTEN uses it to wake for a retry whose backoff runs out."""
+        if not self.notifies:
+            raise InvariantViolation("next_due is only asked of PostgreSQL stores (wake-ups)")
+        row = self.db.fetchone(self.q["next_due"], {"owner": owner}, what="feed next due")
+        return None if row is None or row[0] is None else float(row[0])
+
     # -- gates --------------------------------------------------------------------------------
     @staticmethod
     def _summary(row: Sequence[Any]) -> GateSummary:
@@ -430,13 +482,17 @@ class FeedStore:
         return None if row is None else self._summary(row)
 
     def apply(
-        self, decisions: Sequence[tuple[GateSummary, Decision]]
+        self, decisions: Sequence[tuple[GateSummary, Decision]], *, notify: bool = True
     ) -> list[tuple[GateSummary, Decision, bool]]:
         """Apply gate decisions in one transaction, each conditional on its summary's version.
 
         Returns each non-WAIT decision with whether it took effect (False: the partition changed
         since it was summarised — a producer added items, an operator retried — so the decision
         is void and will be taken again from fresh facts).
+
+        ``notify``: wake listening workers when a gate advanced (a checkpoint by hand). A worker
+        applying its own decisions passes False: only the holder of a partition can claim its
+        items, and the holder is the one advancing it, which goes on to claim without sleeping.
         """
         # In partition id order, as every multi-row write of partitions locks them.
         work = sorted(
@@ -457,6 +513,8 @@ class FeedStore:
                     ).value
                     n = self.db.execute(self.q["close_partition"], params, what="feed close partition")
                 applied.append((summary, decision, n == 1))
+            if notify and any(ok and d is Decision.ADVANCE for _, d, ok in applied):
+                self.notify("gate")
         return applied
 
     # -- operators ----------------------------------------------------------------------------
@@ -467,7 +525,12 @@ class FeedStore:
         with self.db.transaction():
             # Partitions first, items second: the lock order add_items uses too.
             self.db.execute(self.q["reopen_failed"], params, what=f"feed {action}")
-            return self.db.execute(self.q[block], params, what=f"feed {action}")
+            settled = self.db.execute(self.q[block], params, what=f"feed {action}")
+            if settled:
+                # Retried items are claimable now; resolved ones may let a gate advance. Either
+                # way the reopened partitions are free (closing released them): wake a worker.
+                self.notify(action)
+            return settled
 
     def status(self) -> FeedStatus:
         parts = [

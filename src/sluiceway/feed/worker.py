@@ -11,6 +11,10 @@ One coordinator thread owns the database connection and does all SQL; processors
 4. gate check for the partitions touched (or all we hold, when the claim ran short): advance
    the gate (fan-in), complete the partition, or mark it failed — each an OCC update.
 
+When a cycle finds nothing to do the worker rests: on PostgreSQL (``wake_ups``, on by default) on
+a listening connection until a producer's NOTIFY, its next renewal, its next retry due or the long
+``fallback_poll`` (:mod:`sluiceway.feed.wakeup`); elsewhere for ``poll_interval``.
+
 Delivery is at-least-once: a worker that dies mid-item leaves the item's claim to lapse, and
 another worker processes it again. Two workers never process one item at the same time: the
 claim hides the item until its claim lease (``lease`` seconds) runs out, and a worker never
@@ -33,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from sluiceway.clock import Clock, SystemClock
-from sluiceway.db import Database, DataSource, parse_dsn
+from sluiceway.db import Database, DataSource, Dialect, parse_dsn
 from sluiceway.errors import DatabaseError, DatabaseRefusedError
 from sluiceway.feed.balance import plan, victim
 from sluiceway.feed.core import (
@@ -50,6 +54,7 @@ from sluiceway.feed.errors import FeedError, FeedTimeout
 from sluiceway.feed.model import Item, WorkerStats
 from sluiceway.feed.processors import Encoding, load_processor
 from sluiceway.feed.store import FeedStore, Held, table_names
+from sluiceway.feed.wakeup import WakeUps
 
 log = logging.getLogger("sluiceway.feed")
 
@@ -57,6 +62,11 @@ log = logging.getLogger("sluiceway.feed")
 ACQUIRE_PAGE = 100
 #: How long a worker with a busy pool lingers for more outcomes before writing them.
 GATHER_DELAY = 0.02
+#: Shortest rest on the listening connection: a retry found due (or a renewal found late) is
+#: looked at again this soon, never in a tight loop.
+MIN_REST = 0.05
+#: Added to a retry's due time, so the worker wakes just after the item is claimable, not before.
+DUE_SLACK = 0.01
 
 
 def default_owner() -> str:
@@ -89,6 +99,8 @@ class FeedWorker:
         batch_size: int = 100,
         lease: float = 20.0,
         poll_interval: float = 0.5,
+        wake_ups: bool | None = None,
+        fallback_poll: float = 30.0,
         backoff: float = 1.0,
         max_backoff: float = 60.0,
         checkpoint_interval: float = 0.05,
@@ -107,7 +119,18 @@ class FeedWorker:
             raise FeedError("lease must be at least 0.5 seconds")
         if poll_interval <= 0:
             raise FeedError("poll_interval must be positive")
+        if fallback_poll <= 0:
+            raise FeedError("fallback_poll must be positive")
         self.source = dsn if isinstance(dsn, DataSource) else parse_dsn(dsn)
+        postgres = self.source.dialect is Dialect.POSTGRES
+        if wake_ups and not postgres:
+            raise FeedError(
+                f"wake_ups need PostgreSQL (LISTEN/NOTIFY); on {self.source.dialect.value} workers poll "
+                "every poll_interval: leave wake_ups unset"
+            )
+        #: Rest on LISTEN when idle (PostgreSQL; on by default there), else poll.
+        self.wake_ups = postgres if wake_ups is None else wake_ups
+        self.fallback_poll = float(fallback_poll)
         # A processor given as text is built per run (an HTTP one holds a connection pool, closed
         # when the run ends); building it here once checks the spec early.
         self._load: Callable[[], Callable[[Item], object]] = lambda: load_processor(
@@ -132,6 +155,7 @@ class FeedWorker:
         self._rand = rand
 
         self._stop = threading.Event()
+        self._wake: WakeUps | None = None  # the run's listening side, while a run has one
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._lock = threading.Lock()
@@ -184,10 +208,13 @@ class FeedWorker:
     def request_stop(self) -> None:
         """Ask the loop to stop without waiting (safe from a signal handler); see :meth:`stop`."""
         self._stop.set()
+        wake = self._wake
+        if wake is not None:
+            wake.interrupt()  # a rest on the listening connection may last fallback_poll seconds
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop claiming, let items in flight finish, write their outcomes, release our leases."""
-        self._stop.set()
+        self.request_stop()
         thread = self._thread
         if thread is not None:
             thread.join(timeout)
@@ -208,6 +235,8 @@ class FeedWorker:
 
         Idle means: nothing claimable or in flight, no item of ours waiting for a retry, no free
         partition to take, nothing to fan in. Partitions held by other live workers are theirs.
+        It polls (every ``poll_interval`` while retries are pending), without wake-ups: it ends
+        as soon as it is idle, so there is no long rest to save.
         """
         self._stop.clear()
         self._run(until_idle=True, timeout=timeout)
@@ -231,12 +260,20 @@ class FeedWorker:
         )
         started = self.clock.monotonic()
         failures = 0
+        if self.wake_ups and not until_idle:
+            # Not listening yet: the first rest listens, then returns at once for a catch-up look.
+            self._wake = WakeUps(
+                self.source, store.q["listen"], owner=self.owner, poll_interval=self.poll_interval,
+                clock=self.clock,
+            )  # fmt: skip
+        wake = self._wake
         try:
             if self.migrate:
                 store.migrate()
             next_renew = started
             last_balance = -1e9
             idle_cycles = 0
+            woken = False  # a notification (or a catch-up) since the last cycle: look for work now
             while not self._stop.is_set():
                 now = self.clock.monotonic()
                 if timeout is not None and now - started > timeout:
@@ -247,11 +284,15 @@ class FeedWorker:
                         self._balance(store, allow_steal=True)
                         next_renew, last_balance = now + self.renew_interval, now
                     busy, waiting, short = self._cycle(store, pool)
-                    if not busy and (until_idle or (short and now - last_balance >= self.poll_interval)):
-                        # Idle, or our partitions ran dry: look for free ones (stealing waits for
-                        # the renewal cycle, one partition at a time).
+                    if not busy and (
+                        until_idle or woken or (short and now - last_balance >= self.poll_interval)
+                    ):
+                        # Idle, woken, or our partitions ran dry: look for free ones (stealing
+                        # waits for the renewal cycle, one partition at a time). A wake-up always
+                        # looks: its partition may be new, or just released.
                         busy = self._balance(store, allow_steal=False) > 0
                         last_balance = now
+                    woken = False
                     failures = 0
                 except DatabaseRefusedError:
                     raise  # a refused login, a dropped database: permanent, never retried
@@ -267,10 +308,41 @@ class FeedWorker:
                     idle_cycles = 0 if (busy or waiting) else idle_cycles + 1
                     if idle_cycles >= 2:
                         break
-                if not busy:
+                if busy:
+                    continue
+                if wake is not None and self._inflight == 0:
+                    woken = self._rest(store, wake, waiting, next_renew)
+                else:
                     self._idle_wait(self.poll_interval if not until_idle or waiting else 0.0)
         finally:
-            self._shutdown(store, pool)
+            self._wake = None
+            try:
+                self._shutdown(store, pool)
+            finally:
+                if wake is not None:
+                    wake.close()
+
+    def _rest(self, store: FeedStore, wake: WakeUps, waiting: bool, next_renew: float) -> bool:
+        """Nothing to do and nothing in flight: rest on the listening connection until a
+        notification, the next renewal, the next retry due, or the fallback poll. True when
+        woken by a notification or a catch-up after (re)listening."""
+        timeout = min(self.fallback_poll, next_renew - self.clock.monotonic())
+        if waiting and self._held:
+            # Items are open at our gates but none was claimable: retries backing off, or claims
+            # of a worker that died. Nobody commits when those become due, so nobody notifies:
+            # ask the database when the first one is.
+            try:
+                due = store.next_due(self.owner)
+            except DatabaseError:
+                due = self.poll_interval  # the next cycle meets the trouble and reports it
+            if due is not None:
+                timeout = min(timeout, due + DUE_SLACK)
+        before = wake.notifications
+        woken = wake.rest(max(timeout, MIN_REST))
+        if wake.notifications != before:
+            with self._lock:
+                self._stats.wakeups += wake.notifications - before
+        return woken
 
     def _idle_wait(self, seconds: float) -> None:
         if self._inflight > 0:
@@ -446,7 +518,11 @@ class FeedWorker:
                 # Not ours any more (stolen, released, closed by someone): forget it.
                 self._held.pop(pid, None)
                 progressed = True
-        applied = store.apply([(s, decide(s, manual=self.manual_checkpoint)) for s in summaries])
+        # No notification for our own advances: only the holder may claim a partition's items,
+        # and that is us, going on to claim without resting.
+        applied = store.apply(
+            [(s, decide(s, manual=self.manual_checkpoint)) for s in summaries], notify=False
+        )
         with self._lock:
             for summary, decision, ok in applied:
                 if not ok:

@@ -36,6 +36,7 @@ def test_a_worker_serves_its_counters_and_they_move(sqlite_dsn: str, tmp_path: P
         assert samples['sluice_feed_gates_advanced_total{feed="feed_"}'] >= 1
         assert samples['sluice_feed_items_total{feed="feed_",outcome="failed"}'] == 0
         assert 'sluice_feed_partitions_held{feed="feed_"}' in samples
+        assert samples['sluice_feed_wakeups_total{feed="feed_"}'] == 0  # SQLite: the worker polls
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     assert "metrics on http://127.0.0.1:" in (tmp_path / "worker.log").read_text()

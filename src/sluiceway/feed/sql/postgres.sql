@@ -348,3 +348,30 @@ SELECT owner, count(*), min(lease_until), max(lease_until), max(lease_until) > n
        count(*) FILTER (WHERE lease_until <= now())
 FROM {partitions} WHERE status = 'available' AND owner IS NOT NULL
 GROUP BY owner ORDER BY owner LIMIT 1000
+
+-- name: notify
+-- Wake-ups: run inside the transaction that makes work available (add, add_items, a gate advanced
+-- by hand, a lease released, retry/resolve). PostgreSQL delivers a notification only when its
+-- transaction commits, and not at all when it rolls back, so a woken worker always finds the work
+-- visible. Notifications with the same channel and payload in one transaction are delivered once.
+-- pg_notify takes the channel as a bound value: no identifier is pasted into this statement.
+SELECT pg_notify(%(channel)s, %(event)s)
+
+-- name: listen
+-- A worker's listening connection (a connection of its own, in autocommit, so the LISTEN takes
+-- effect at once). LISTEN takes an identifier, not a parameter: {raw_wake_channel} is the channel
+-- named from the validated table prefix, quoted by our code.
+LISTEN {raw_wake_channel}
+
+-- name: next_due
+-- An idle worker with items still open at its gates (a retry backing off, a lapsed claim of a
+-- worker that died) sleeps until the first of them is claimable: nothing commits when a backoff
+-- runs out, so no notification can say so. Seconds from now by the database clock (skewed worker
+-- clocks do not matter); NULL when nothing is open. The claim's join and conditions (our lease
+-- too: an item the claim would not take must not count as due, or the worker would wake for
+-- nothing until its renewal), over the open index; the rows it reads are only the open items at
+-- our gates, none of them claimable right now.
+SELECT EXTRACT(EPOCH FROM min(c.available_at) - now())
+FROM {partitions} AS p
+JOIN {items} AS c ON c.partition_id = p.id AND c.gate = p.gate AND c.status = 'available'
+WHERE p.owner = %(owner)s AND p.status = 'available' AND p.lease_until > now()

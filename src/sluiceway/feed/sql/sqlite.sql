@@ -268,3 +268,16 @@ SELECT owner, count(*), min(lease_until), max(lease_until),
        coalesce(sum(lease_until <= strftime('%Y-%m-%dT%H:%M:%f', 'now')), 0)
 FROM {partitions} WHERE status = 'available' AND owner IS NOT NULL
 GROUP BY owner ORDER BY owner LIMIT 1000
+
+-- name: notify
+-- Not used here: wake-ups are PostgreSQL's LISTEN/NOTIFY; workers on this database poll.
+SELECT 1
+
+-- name: listen
+-- Not used here: wake-ups are PostgreSQL's LISTEN/NOTIFY; workers on this database poll.
+SELECT 1
+
+-- name: next_due
+-- Not used here: only a worker sleeping on LISTEN needs to know when its next retry is due;
+-- workers on this database poll.
+SELECT 1

@@ -1,0 +1,319 @@
+"""Wake-ups on a real PostgreSQL: producers NOTIFY at commit, idle workers rest on LISTEN.
+
+Every worker here runs with a 30 s fallback poll and a 120 s lease (so its renewal, which also
+looks for work, comes only every 40 s): whatever a test sees within its 10 s bound was found by a
+wake-up, a catch-up after re-listening, or the due time of a retry — never by a timer that would
+also have found it without them. The bounds are "well before the fallback", not performance.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from sluiceway.db import Database
+from sluiceway.feed import Feed, FeedWorker, Item, PartitionExistsError, ProcessorError, Status
+from sluiceway.feed.store import FeedStore, wake_channel
+from sluiceway.testing import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+FALLBACK = 30.0
+LEASE = 120.0
+QUICK = 10.0  # "well before the fallback"
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"w{uuid.uuid4().hex[:8]}_"
+
+
+@pytest.fixture
+def feed(postgres_dsn: str, prefix: str) -> Iterator[Feed]:
+    with Feed(postgres_dsn, prefix=prefix) as f:
+        yield f
+
+
+class Seen:
+    """A processor that records the items it was called with (and when)."""
+
+    def __init__(self, fail_first: bool = False) -> None:
+        self.calls: list[tuple[bytes, int, float]] = []
+        self.fail_first = fail_first
+        self.lock = threading.Lock()
+
+    def __call__(self, item: Item) -> dict[str, bool]:
+        with self.lock:
+            self.calls.append((item.data, item.attempt, time.monotonic()))
+        if self.fail_first and item.attempt == 1:
+            raise ProcessorError("first attempt fails")
+        return {"done": True}
+
+    def count(self, data: bytes | None = None) -> int:
+        with self.lock:
+            return sum(1 for d, _, _ in self.calls if data is None or d == data)
+
+
+def listener_pid(dsn: str, owner: str) -> int | None:
+    """The backend of ``owner``'s listening connection, once its LISTEN has run."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND query LIKE 'LISTEN%%'",
+            (f"sluiceway feed wake-ups {owner}",),
+        ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def started_worker(dsn: str, prefix: str, processor: Callable[[Item], object], **options: Any) -> FeedWorker:
+    owner = f"wake-{uuid.uuid4().hex[:8]}"
+    settings: dict[str, Any] = {"fallback_poll": FALLBACK, "lease": LEASE, "backoff": 0.2, "max_backoff": 0.2}
+    worker = FeedWorker(dsn, processor, prefix=prefix, owner=owner, **{**settings, **options})
+    assert worker.wake_ups  # on by default on PostgreSQL
+    worker.start()
+    wait_until(lambda: listener_pid(dsn, owner), timeout=QUICK, message="the worker to listen")
+    return worker
+
+
+def insert_without_notifying(feed: Feed, name: str, data: bytes) -> None:
+    """What a producer writing the tables directly does: the work exists, nobody is told."""
+    store = feed.store
+    with feed.db.transaction():
+        pid = store.insert_partition(name, 0, None)
+        store.insert_items([(pid, 0, data)])
+
+
+# -- producers --------------------------------------------------------------------------------------
+@pytest.fixture
+def listening(postgres_dsn: str, prefix: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection listening on the feed's channel, as a worker's does."""
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(f'LISTEN "{wake_channel(prefix)}"')
+        yield conn
+
+
+def heard(conn: psycopg.Connection[Any], timeout: float = 5.0) -> list[str]:
+    """The payloads of the notifications that arrive: the first within ``timeout``, then any
+    that follow it closely."""
+    first = [n.payload for n in conn.notifies(timeout=timeout, stop_after=1)]
+    return first + [n.payload for n in conn.notifies(timeout=0.2)] if first else []
+
+
+def test_adding_notifies_once_per_transaction_and_only_when_it_adds(
+    feed: Feed, listening: psycopg.Connection[Any]
+) -> None:
+    feed.add("p1", [b"a"])
+    assert heard(listening) == ["add"]
+    feed.add_many([("p2", [b"b"]), ("p3", [b"c"])])
+    assert heard(listening) == ["add"]  # one per transaction
+    feed.add_items("p1", [b"a2"], gate=1)
+    assert heard(listening) == ["add"]
+    feed.add("p1", [b"a3"], gate=1, if_exists="append")
+    assert heard(listening) == ["add"]
+    # Nothing new, nothing said: a skipped add, and a refused one (rolled back as a whole).
+    feed.add("p1", [b"again"], if_exists="skip")
+    with pytest.raises(PartitionExistsError):
+        feed.add_many([("p4", [b"d"]), ("p2", [b"e"])])
+    assert heard(listening, 0.5) == []
+
+
+def test_a_released_lease_notifies(
+    feed: Feed, postgres_dsn: str, prefix: str, listening: psycopg.Connection[Any]
+) -> None:
+    feed.add_many([("p1", [b"a"]), ("p2", [b"b"])])
+    assert heard(listening) == ["add"]
+    with Database(postgres_dsn) as db:
+        store = FeedStore(db, prefix)
+        got = store.acquire("someone", store.free_partitions(10), 30.0)
+        assert len(got) == 2
+        assert heard(listening, 0.5) == []  # taking a lease makes nothing available
+        assert store.release("someone", [h.id for h in got]) == 2
+        assert heard(listening) == ["release"]
+        assert store.release("someone", [h.id for h in got]) == 0  # nothing left to give back
+        assert heard(listening, 0.5) == []
+
+
+def test_a_gate_advanced_by_hand_notifies(
+    feed: Feed, postgres_dsn: str, prefix: str, listening: psycopg.Connection[Any]
+) -> None:
+    feed.add("manual", [b"m0"])
+    feed.add_items("manual", [b"m1"], gate=1)
+    FeedWorker(
+        postgres_dsn, lambda item: {"done": True}, prefix=prefix, manual_checkpoint=True, wake_ups=False,
+        lease=2.0, poll_interval=0.02,
+    ).run_until_idle(30)  # fmt: skip
+    assert "release" in heard(listening)  # the adds, then the run's own release
+    heard(listening, 0.5)
+    assert feed.checkpoint("manual").gate == 1
+    assert heard(listening) == ["gate"]
+
+
+def failed_item(feed: Feed, dsn: str, prefix: str, name: str) -> None:
+    def refuse(item: Item) -> object:
+        raise ProcessorError("no", retryable=False)
+
+    feed.add(name, [b"x"])
+    FeedWorker(dsn, refuse, prefix=prefix, wake_ups=False, lease=2.0, poll_interval=0.02).run_until_idle(30)
+    assert feed.partition(name).status is Status.FAILED  # type: ignore[union-attr]
+
+
+def test_retry_and_resolve_notify(
+    feed: Feed, postgres_dsn: str, prefix: str, listening: psycopg.Connection[Any]
+) -> None:
+    failed_item(feed, postgres_dsn, prefix, "broken-1")
+    failed_item(feed, postgres_dsn, prefix, "broken-2")
+    heard(listening)
+    heard(listening, 0.5)
+    assert feed.retry(partition="broken-1") == 1
+    assert heard(listening) == ["retry"]
+    assert feed.resolve(partition="broken-2") == 1
+    assert heard(listening) == ["resolve"]
+    assert feed.retry() == 0  # nothing failed any more: nothing said
+    assert heard(listening, 0.5) == []
+
+
+def test_sqlite_sends_nothing_and_workers_there_poll(sqlite_dsn: str) -> None:
+    with Feed(sqlite_dsn) as feed:
+        feed.add("p", [b"x"])  # no NOTIFY statement exists there: this must not fail
+    assert not FeedWorker(sqlite_dsn, lambda item: {"done": True}).wake_ups
+
+
+# -- workers ----------------------------------------------------------------------------------------
+def test_an_idle_worker_picks_up_new_work_long_before_the_fallback(
+    feed: Feed, postgres_dsn: str, prefix: str
+) -> None:
+    seen = Seen()
+    worker = started_worker(postgres_dsn, prefix, seen)
+    try:
+        feed.add("new", [b"hello"])
+        wait_until(lambda: seen.count(b"hello") == 1, timeout=QUICK, message="the idle worker to pick it up")
+        assert worker.stats.wakeups >= 1  # a notification woke it, not a timer
+        # Again, after resting once more (the first partition completed and was let go).
+        wait_until(lambda: worker.stats.partitions_completed == 1, timeout=QUICK)
+        feed.add("second", [b"again"])
+        wait_until(lambda: seen.count(b"again") == 1, timeout=QUICK, message="the second item")
+    finally:
+        worker.stop(5)
+
+
+def test_a_wake_up_never_reaches_a_worker_before_the_adding_transaction_commits(
+    postgres_dsn: str, prefix: str
+) -> None:
+    at_commit, go_on = threading.Event(), threading.Event()
+
+    class HeldAtCommit(Database):
+        """Stops the producer's transaction just before COMMIT: its inserts and its NOTIFY ran."""
+
+        def execute(self, sql: str, params: Any = None, *, what: str = "") -> int:
+            if sql == "COMMIT":
+                at_commit.set()
+                assert go_on.wait(30)
+            return super().execute(sql, params, what=what)
+
+    seen = Seen()
+    with Feed(postgres_dsn, prefix=prefix):
+        pass  # tables in place before the worker starts
+    worker = started_worker(postgres_dsn, prefix, seen)
+    producer = Feed(HeldAtCommit(postgres_dsn), prefix=prefix, migrate=False)
+    adding = threading.Thread(target=producer.add, args=("held", [b"late"]))
+    try:
+        adding.start()
+        assert at_commit.wait(QUICK)
+        # Watching for nothing to happen while the transaction is open: no wake-up, no processing.
+        time.sleep(1.5)
+        assert (worker.stats.wakeups, seen.count()) == (0, 0)
+        committed = time.monotonic()
+        go_on.set()
+        adding.join(QUICK)
+        wait_until(lambda: seen.count(b"late") == 1, timeout=QUICK, message="the item after the commit")
+        assert worker.stats.wakeups >= 1
+        assert seen.calls[0][2] >= committed
+    finally:
+        go_on.set()
+        adding.join(QUICK)
+        producer.db.close()
+        worker.stop(5)
+
+
+def terminate(dsn: str, pid: int) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+
+
+def test_work_missed_while_the_listener_was_down_is_caught_up_after_it_listens_again(
+    feed: Feed, postgres_dsn: str, prefix: str
+) -> None:
+    seen = Seen()
+    worker = started_worker(postgres_dsn, prefix, seen)
+    try:
+        before = listener_pid(postgres_dsn, worker.owner)
+        assert before is not None
+        # Work that nobody announces (written directly), then the listening connection dies: only
+        # the catch-up look after listening again can find it before the fallback.
+        insert_without_notifying(feed, "unannounced", b"quiet")
+        terminate(postgres_dsn, before)
+        wait_until(lambda: seen.count(b"quiet") == 1, timeout=QUICK, message="the catch-up to find it")
+        after = listener_pid(postgres_dsn, worker.owner)
+        assert after is not None and after != before  # it listens again, on a new connection
+        assert worker.stats.wakeups == 0  # nothing was announced: the catch-up found it
+    finally:
+        worker.stop(5)
+
+
+def test_a_notification_lost_with_the_listener_is_made_up_for(
+    feed: Feed, postgres_dsn: str, prefix: str
+) -> None:
+    seen = Seen()
+    worker = started_worker(postgres_dsn, prefix, seen)
+    try:
+        pid = listener_pid(postgres_dsn, worker.owner)
+        assert pid is not None
+        # Killed between its LISTEN and the insert: the insert's notification goes to nobody, or
+        # to the new connection if the worker is that quick; either way the item is found.
+        terminate(postgres_dsn, pid)
+        feed.add("after-kill", [b"lost"])
+        wait_until(lambda: seen.count(b"lost") == 1, timeout=QUICK, message="the item to be found")
+        wait_until(lambda: listener_pid(postgres_dsn, worker.owner) not in (None, pid), timeout=QUICK)
+    finally:
+        worker.stop(5)
+
+
+def test_the_fallback_poll_finds_work_nobody_announced(feed: Feed, postgres_dsn: str, prefix: str) -> None:
+    seen = Seen()
+    worker = started_worker(postgres_dsn, prefix, seen, fallback_poll=1.0)
+    try:
+        insert_without_notifying(feed, "direct", b"direct")
+        wait_until(lambda: seen.count(b"direct") == 1, timeout=QUICK, message="the fallback poll to find it")
+        assert worker.stats.wakeups == 0
+    finally:
+        worker.stop(5)
+
+
+def test_an_idle_worker_wakes_when_a_retry_is_due(feed: Feed, postgres_dsn: str, prefix: str) -> None:
+    # The first attempt fails; the retry is due 0.2 s later. Nothing commits at that moment, so
+    # no notification comes: the worker must wake by itself, from the due time it asked for.
+    seen = Seen(fail_first=True)
+    worker = started_worker(postgres_dsn, prefix, seen)
+    try:
+        feed.add("flaky", [b"flaky"])
+        wait_until(lambda: seen.count(b"flaky") == 2, timeout=QUICK, message="the retry")
+        assert [attempt for _, attempt, _ in seen.calls] == [1, 2]
+        assert worker.stats.retried == 1
+    finally:
+        worker.stop(5)
+
+
+def test_stopping_cuts_a_rest_short(postgres_dsn: str, prefix: str) -> None:
+    with Feed(postgres_dsn, prefix=prefix):
+        pass
+    worker = started_worker(postgres_dsn, prefix, Seen())
+    time.sleep(0.3)  # let it settle into its (30 s) rest
+    t0 = time.monotonic()
+    worker.stop(5)  # raises FeedTimeout if the rest ran on
+    assert time.monotonic() - t0 < 5
+    assert listener_pid(postgres_dsn, worker.owner) is None  # the listening connection is closed
