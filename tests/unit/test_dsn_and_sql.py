@@ -120,6 +120,7 @@ DIALECT_EXTRAS = {
         "drop_notify_trigger",
         "create_notify_trigger",
         "notify_trigger_exists",
+        "listen_rows",
     },
 }
 

@@ -7,7 +7,8 @@ import logging
 from collections.abc import Sequence
 
 from sluiceway.db import Database, Dialect
-from sluiceway.db.notify import Listener
+from sluiceway.db.listen import Listener
+from sluiceway.errors import DatabaseError
 from sluiceway.outbox.record import MAX_ERROR_LENGTH, MarkedRecord
 from sluiceway.outbox.table import OutboxLayout, decode_rows, discover, queries
 
@@ -83,12 +84,41 @@ class SqlOutboxStore:
         row = self.db.fetchone(self.q["parked_keys"], what="count parked keys")
         return int(row[0]) if row else 0
 
-    def wakeups(self) -> Listener | None:
+    def wakeups(self) -> OutboxWakeups | None:
         if not self.layout.notify:
             return None
-        listener = Listener(self.db.source, self.layout.notify_channel)
-        listener.wait(0)  # connect and LISTEN now, before the marks it is to follow
-        return listener
+        wakeups = OutboxWakeups(
+            Listener(self.db.source, [self.q["listen_rows"]], application_name="sluiceway harvester")
+        )
+        wakeups.wait(0)  # connect and LISTEN now, before the marks it is to follow
+        return wakeups
 
     def close(self) -> None:
         self.db.close()
+
+
+class OutboxWakeups:
+    """The harvester's :class:`~sluiceway.harvest.ports.Wakeups` on the outbox's notify trigger.
+
+    Notifications are hints: every lost connection (and the first connection) answers True at
+    once, so the marker marks — the catch-up for whatever was notified while nobody listened.
+    """
+
+    def __init__(self, listener: Listener) -> None:
+        self.listener = listener
+
+    def wait(self, timeout: float) -> bool:
+        if not self.listener.listening:
+            try:
+                self.listener.listen()
+            except DatabaseError as exc:  # the mark that follows meets the same trouble and says so
+                log.debug("listening for outbox rows: %s", exc)
+            return True
+        try:
+            return self.listener.wait(timeout) > 0
+        except DatabaseError as exc:
+            log.debug("listening for outbox rows: %s; listening again", exc)
+            return True
+
+    def close(self) -> None:
+        self.listener.close()

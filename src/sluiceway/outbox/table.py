@@ -82,6 +82,7 @@ def queries(dialect: Dialect, layout: OutboxLayout) -> QuerySet:
         raw_index=f"{bare_name(layout.table)}_leader_id_idx",
         raw_dead_index=f"{bare_name(layout.dead_table)}_parked_key_idx",
         notify_function=layout.notify_function,
+        notify_channel=layout.notify_channel,
         raw_notify_trigger=layout.notify_trigger,
         # Built from a checked table name (letters, digits, underscores): safe as a literal.
         raw_channel_literal=f"'{layout.notify_channel}'",

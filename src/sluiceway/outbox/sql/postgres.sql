@@ -167,6 +167,9 @@ DROP TRIGGER IF EXISTS {raw_notify_trigger} ON {outbox}
 CREATE TRIGGER {raw_notify_trigger} AFTER INSERT ON {outbox}
 FOR EACH STATEMENT EXECUTE FUNCTION {notify_function}()
 
+-- name: listen_rows
+LISTEN {notify_channel}
+
 -- name: notify_trigger_exists
 SELECT EXISTS (
   SELECT 1 FROM pg_trigger
