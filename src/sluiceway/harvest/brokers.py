@@ -59,16 +59,29 @@ class BrokerPublisher:
         )
 
     def send(self, record: MarkedRecord, on_done: Callable[[Delivery], None]) -> None:
-        def done(outcome: Ack | BrokerError) -> None:
-            if isinstance(outcome, Ack):
-                on_done(Delivery(record, offset=outcome.position))
-            else:
-                on_done(Delivery(record, error=str(outcome), permanent=outcome.permanent))
+        self.send_many([record], on_done)
 
-        self._sender.submit(to_message(record, self.prefix), done)
+    def send_many(self, records: list[MarkedRecord], on_done: Callable[[Delivery], None]) -> None:
+        """Several records, in order, handed to the sender at once (the engine's send batches)."""
+        prefix = self.prefix
+        self._sender.submit_many(
+            [(to_message(record, prefix), _reporter(record, on_done)) for record in records]
+        )
 
     def flush(self, timeout: float) -> int:
         return self._sender.flush(timeout)
 
     def close(self) -> None:
         self._sender.close()
+
+
+def _reporter(
+    record: MarkedRecord, on_done: Callable[[Delivery], None]
+) -> Callable[[Ack | BrokerError], None]:
+    def done(outcome: Ack | BrokerError) -> None:
+        if isinstance(outcome, Ack):
+            on_done(Delivery(record, offset=outcome.position))
+        else:
+            on_done(Delivery(record, error=str(outcome), permanent=outcome.permanent))
+
+    return done

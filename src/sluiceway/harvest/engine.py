@@ -36,7 +36,7 @@ import time
 import uuid
 import zlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -342,7 +342,10 @@ class Term:
     def _shard_loop(self, index: int) -> None:
         shard = self._shards[index]
         publisher = self.engine.publisher
-        fenced = self.dispatcher.fenced_keys
+        # Publishers that take a batch at once (the NATS, RabbitMQ and Redis ones) get it whole.
+        send_many: Callable[[list[MarkedRecord], Callable[[Delivery], None]], None] | None = getattr(
+            publisher, "send_many", None
+        )
         sequence = self.limits.sequence_headers
         while True:
             batch = shard.take()
@@ -355,24 +358,34 @@ class Term:
                 continue
             with self._outstanding_lock:
                 self._outstanding += len(batch)
-            for item in batch:
-                if item.key in fenced:
-                    # An earlier record of this key failed (reported on this thread a moment ago,
-                    # or on the publisher's): sending this one could put it on the broker ahead of
-                    # the failed record's re-send. It goes back with the failed one's window.
-                    self._delivered(Delivery(item, error=WITHHELD))
-                    continue
+            if send_many is not None:
+                # The whole batch at once (no synchronous failures to fence on between records).
+                ready = [with_sequence_headers(r) if sequence else r for r in self._unfenced(batch)]
+                try:
+                    send_many(ready, self._delivered)
+                except Exception as exc:  # refused before any was taken: each one failed
+                    for item in ready:
+                        self._delivered(_refused(item, exc))
+                continue
+            for item in self._unfenced(batch):
                 try:
                     publisher.send(with_sequence_headers(item) if sequence else item, self._delivered)
                 except Exception as exc:  # a synchronous refusal is a failed delivery
-                    self._delivered(
-                        Delivery(
-                            item,
-                            error=f"{type(exc).__name__}: {exc}",
-                            permanent=bool(getattr(exc, "permanent", False)),
-                            fatal=bool(getattr(exc, "fatal", False)),
-                        )
-                    )
+                    self._delivered(_refused(item, exc))
+
+    def _unfenced(self, batch: list[MarkedRecord]) -> Iterator[MarkedRecord]:
+        """The batch's records whose key has not failed; the others are reported withheld.
+
+        An earlier record of a fenced key failed (reported on this thread a moment ago, or on the
+        publisher's): sending a later one could put it on the broker ahead of the failed record's
+        re-send. It goes back with the failed one's window. Checked record by record, as they go.
+        """
+        fenced = self.dispatcher.fenced_keys
+        for item in batch:
+            if item.key in fenced:
+                self._delivered(Delivery(item, error=WITHHELD))
+            else:
+                yield item
 
     def _delivered(self, delivery: Delivery) -> None:
         if delivery.error is not None:
@@ -540,6 +553,16 @@ class Term:
         self._purger_stop = True
         self._delivery_signal.set()
         purger.join(timeout=self.limits.drain_timeout + 5)
+
+
+def _refused(item: MarkedRecord, exc: Exception) -> Delivery:
+    """A publisher's synchronous refusal, as the failed delivery it is."""
+    return Delivery(
+        item,
+        error=f"{type(exc).__name__}: {exc}",
+        permanent=bool(getattr(exc, "permanent", False)),
+        fatal=bool(getattr(exc, "fatal", False)),
+    )
 
 
 class Engine:

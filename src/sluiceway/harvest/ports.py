@@ -79,6 +79,10 @@ class Publisher(Protocol):
 
     def send(self, record: MarkedRecord, on_done: Callable[[Delivery], None]) -> None: ...
 
+    # A publisher may also offer ``send_many(records, on_done)``: the records in order, at once,
+    # with no synchronous failure part-way (it takes all or raises). The engine then hands it each
+    # send batch whole.
+
     def flush(self, timeout: float) -> int:
         """Wait for outstanding deliveries; return how many are still outstanding."""
         ...
