@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import report, scratch_postgres
+from _common import report, scratch_postgres, timed_drain
 
 
 def make_journal(path: str, n: int) -> None:
@@ -164,11 +164,12 @@ def bench_e2e(spark: object, n: int, work: str) -> dict[str, float]:
 
 def bench_outbox(spark: object, rows: int, work: str) -> dict[str, float]:
     from sluiceway.db import Database
+    from sluiceway.harvest import HarvestConfig
     from sluiceway.outbox import init_outbox
     from sluiceway.pipeline import Pipeline, PipelineSpec
     from sluiceway.testing import Broker
 
-    with scratch_postgres("sluice_bench_pipe") as dsn, Broker() as broker:
+    def fill(dsn: str) -> None:
         with Database(dsn) as db:
             init_outbox(db)
             # Rows as the stasher writes them, generated in the database (the bench is the source).
@@ -179,6 +180,9 @@ def bench_outbox(spark: object, rows: int, work: str) -> dict[str, float]:
                 "FROM generate_series(1, %(n)s) g",
                 {"n": rows},
             )
+
+    with scratch_postgres("sluice_bench_pipe") as dsn, Broker() as broker:
+        fill(dsn)
         broker.create_topic("orders-out", partitions=3)
         spec = PipelineSpec.from_dict(
             {
@@ -201,11 +205,38 @@ def bench_outbox(spark: object, rows: int, work: str) -> dict[str, float]:
         assert runs["bus"].state == "finished", runs
         with Database(dsn) as db:
             left = db.fetchone("SELECT count(*) FROM outbox")
+        # The harvester on the same rows, into the same broker (its own topic), in the same run.
+        fill(dsn)
+        broker.create_topic("orders", partitions=3)
+        harvest = timed_drain(
+            HarvestConfig.from_dict(
+                {
+                    "harvest": {
+                        "name": "bench-pipe-harvest",
+                        "dataSource": dsn,
+                        "baseKafkaConfig": {"bootstrap.servers": broker.bootstrap},
+                        "election": {"kind": "database"},
+                        "limits": {"markQueryRecords": 500, "minMetricsInterval": "60s"},
+                    }
+                }
+            ),
+            rows,
+            lambda: outbox_left(dsn),
+        )
         return {
             "outbox_to_kafka_rps": rows / elapsed,
             "outbox_s": elapsed,
             "outbox_left": float(left[0] if left else -1),
+            "harvest_to_kafka_rps": harvest,
         }
+
+
+def outbox_left(dsn: str) -> int:
+    from sluiceway.db import Database
+
+    with Database(dsn) as db:
+        row = db.fetchone("SELECT count(*) FROM outbox")
+    return int(row[0]) if row else -1
 
 
 def main() -> None:
@@ -253,6 +284,11 @@ def main() -> None:
             ),
             ("outbox rows left after --once", f"{out['outbox_left']:.0f}"),
             (
+                "the harvester, same rows and broker, records/s",
+                f"{out['harvest_to_kafka_rps']:,.0f}  (outbox source / harvester "
+                f"{out['outbox_to_kafka_rps'] / out['harvest_to_kafka_rps']:.2f}; target >= 0.5)",
+            ),
+            (
                 f"e2e journal → parquet, {args.e2e:,} records: sluice pipeline, records/s",
                 f"{e2e['pipeline_rps']:,.0f}",
             ),
@@ -272,6 +308,7 @@ def main() -> None:
             "python_source_ceiling_rps": round(read["arrow_rps"]),
             "ratio_vs_ceiling": round(read["journal_rps"] / read["arrow_rps"], 3),
             "outbox_to_kafka_rps": round(out["outbox_to_kafka_rps"]),
+            "harvest_to_kafka_rps": round(out["harvest_to_kafka_rps"]),
             "e2e_records": args.e2e,
             "e2e_pipeline_rps": round(e2e["pipeline_rps"]),
             "e2e_native_rps": round(e2e["native_rps"]),
