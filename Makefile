@@ -5,8 +5,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+FUZZ_SECONDS ?= 60
 
-.PHONY: install services demo test check lint types imports unit bench clean
+.PHONY: install services demo test check lint types imports unit bench fuzz clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,8 +24,8 @@ demo: install
 	$(BIN)/sluice demo
 
 lint: install
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench fuzz
+	$(BIN)/ruff format --check src tests bench fuzz
 
 types: install
 	$(BIN)/mypy
@@ -42,6 +43,10 @@ unit: install
 
 bench: install services
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# Each fuzz target for FUZZ_SECONDS in turn (fuzz/run.py); findings land in fuzz/.work/<target>/.
+fuzz: install
+	$(BIN)/python -m fuzz.run --all --seconds $(FUZZ_SECONDS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build dist

@@ -190,3 +190,54 @@ def test_per_key_pipelining_refuses_settings_that_would_break_its_order(
     data = {"baseKafkaConfig": {"bootstrap.servers": "b:9092"}, "limits": {"perKeyInFlight": 4}, **harvest}
     with pytest.raises(ConfigError, match=problem):
         HarvestConfig.from_dict({"harvest": data})
+
+
+# Found with the config fuzz targets (fuzz/harvest_config.py, pipeline_spec.py, workspace_spec.py):
+# each file once escaped the loaders as another exception (or, the alias bomb, took minutes and
+# gigabytes); now each is one ConfigError naming the file. The pipeline's loader says the same
+# through SpecError, a ConfigError.
+_BOMB = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
+    f"{b}: &{b} [{', '.join(['*' + a] * 9)}]\n" for a, b in zip("abcdefg", "bcdefgh", strict=True)
+)
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        # UnicodeDecodeError:
+        (b"harvest:\n  name: caf\xe9\n", "not UTF-8 text: byte 0xe9 at line 2, column 12"),
+        (b"harvest: " + b"[" * 1000 + b"]" * 1000, "not valid YAML: nested more than 64"),  # RecursionError
+        (b"harvest: &a [*a]\n", "nested more than 64 levels deep"),  # interpolate: RecursionError
+        (_BOMB.encode(), "more than 100000 values"),  # 9**8 copies: minutes, gigabytes
+        (b"harvest: {limits: {sendBuffer: 1" + b"0" * 5000 + b"}}", "Exceeds the limit"),  # ValueError
+        (b"harvest: {election: {name: 2024-13-45}}", "month must be in 1..12"),  # ValueError
+        (b"harvest: {limits: {pollDuration: 1" + b"0" * 400 + b"}}", "at most 9223372036 seconds"),
+    ],
+)
+def test_fuzz_findings_are_config_errors(tmp_path: Path, raw: bytes, fragment: str) -> None:
+    from sluiceway.overview.workspace import Workspace
+    from sluiceway.pipeline.errors import SpecError
+    from sluiceway.pipeline.spec import PipelineSpec
+
+    path = tmp_path / "reaper.yaml"
+    path.write_bytes(raw)
+    with pytest.raises(ConfigError, match=fragment) as caught:
+        HarvestConfig.from_file(path)
+    assert caught.value.source == str(path)
+    if b"harvest: {" not in raw:  # a shape the other loaders meet before their own keys
+        with pytest.raises(SpecError, match=fragment):
+            PipelineSpec.from_yaml(path)
+        with pytest.raises(ConfigError, match=fragment):
+            Workspace.from_file(path)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [10**400, float("inf"), float("nan"), "1" + "0" * 400 + "h", 2**63],
+    ids=["400 digits", "inf", "nan", "400-digit hours", "2**63"],
+)
+def test_a_duration_too_long_to_wait_for_is_refused(value: object) -> None:
+    # 10**400 was an OverflowError (float()); the others were accepted, and would overflow later
+    # in the sleeps and waits that use them.
+    with pytest.raises(ConfigError, match="at most 9223372036 seconds"):
+        parse_duration(value)

@@ -15,6 +15,7 @@ alone decides what is sent again.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ from sluiceway.errors import BrokerError
 BROKER = "redis"
 HEADER_PREFIX = "header:"
 _SEQ_BITS = 20
+_ENTRY_ID = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 #: Error replies that no retry can get past (the key holds another type, a malformed command).
 _PERMANENT_REPLIES = ("WRONGTYPE", "ERR wrong number", "ERR syntax", "ERR Invalid stream ID")
 
@@ -32,11 +34,14 @@ _PERMANENT_REPLIES = ("WRONGTYPE", "ERR wrong number", "ERR syntax", "ERR Invali
 def entry_offset(entry_id: str | bytes) -> int:
     """A stream entry id ``<ms>-<seq>`` as one ordered 63-bit number: ``ms << 20 | seq``.
 
-    Ids that do not fit (``seq`` ≥ 2^20, ``ms`` ≥ 2^43 — far beyond generated ids) raise ValueError.
+    Text that is not ``<digits>[-<digits>]``, and ids that do not fit (``seq`` ≥ 2^20, ``ms`` ≥ 2^43 —
+    far beyond generated ids), raise ValueError.
     """
     text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    ms_text, _, seq_text = text.partition("-")
-    ms, seq = int(ms_text), int(seq_text or 0)
+    match = _ENTRY_ID.fullmatch(text)
+    if match is None:  # int() alone would take "-5", "+5", " 5" and "5_0"
+        raise ValueError(f"{text!r} is not a stream entry id (<ms>-<seq>)")
+    ms, seq = int(match[1]), int(match[2] or 0)
     if seq >= 1 << _SEQ_BITS or ms >= 1 << (63 - _SEQ_BITS):
         raise ValueError(f"stream entry id {text} does not fit a 63-bit offset")
     return ms << _SEQ_BITS | seq

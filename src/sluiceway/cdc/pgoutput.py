@@ -168,6 +168,8 @@ def _tuple(data: bytes, pos: int) -> tuple[Values, int]:
 
 def decode(data: bytes) -> Decoded:
     """One pgoutput message → a value (see the module docstring)."""
+    if not data:
+        raise DecodeError("empty pgoutput message")
     kind = data[0]
     try:
         if kind == 0x49:  # 'I'
@@ -189,6 +191,8 @@ def decode(data: bytes) -> Decoded:
             return Update(relid, old_kind, old, new)
         if kind == 0x44:  # 'D'
             (relid,) = _U32.unpack_from(data, 1)
+            if data[5] not in (0x4B, 0x4F):  # 'K' / 'O'
+                raise DecodeError("delete without an old tuple")
             old, _ = _tuple(data, 6)
             return Delete(relid, chr(data[5]), old)
         if kind == 0x42:  # 'B'
@@ -217,6 +221,8 @@ def decode(data: bytes) -> Decoded:
             (lsn,) = _U64.unpack_from(data, 2)
             prefix, pos = _cstring(data, 10)
             (size,) = _I32.unpack_from(data, pos)
+            if size < 0 or pos + 4 + size > len(data):
+                raise DecodeError(f"the content runs past the end of the message ({size} bytes)")
             return Message(bool(flags & 1), lsn, prefix, bytes(data[pos + 4 : pos + 4 + size]))
         if kind == 0x54:  # 'T'
             (n,) = _I32.unpack_from(data, 1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,10 +19,16 @@ from pydantic import BaseModel, ValidationError
 from sluiceway.errors import ConfigError
 
 M = TypeVar("M", bound=BaseModel)
+_Number = TypeVar("_Number", int, float)
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+#: Bounds on a configuration file's shape (:func:`check_shape`): real files are a few levels
+#: deep and hold hundreds of values.
+MAX_DEPTH = 64
+MAX_NODES = 100_000
 
 
 def interpolate(value: Any, env: Mapping[str, str] | None = None, path: str = "") -> Any:
@@ -48,13 +55,17 @@ def interpolate(value: Any, env: Mapping[str, str] | None = None, path: str = ""
 
 
 def parse_duration(value: Any, *, path: str = "") -> float:
-    """Seconds from a Go-style duration (``500ms``, ``1m30s``) or a number of seconds."""
+    """Seconds from a Go-style duration (``500ms``, ``1m30s``) or a number of seconds.
+
+    At most :data:`LONGEST_DURATION`: a longer one (``.inf``, 400 digits) cannot be waited on.
+    """
     if isinstance(value, bool):
         raise ConfigError(f"expected a duration like '500ms' or '5s', got {value!r}", path=path)
     if isinstance(value, int | float):
         if value < 0:
             raise ConfigError(f"must not be negative, got {value!r}", path=path)
-        return float(value)
+        # Compared before float(), which overflows on a long enough integer.
+        return float(_not_too_long(value, path))
     if isinstance(value, str):
         text = value.strip()
         if text == "0":
@@ -66,8 +77,20 @@ def parse_duration(value: Any, *, path: str = "") -> float:
             total += float(match.group(1)) * _UNITS[match.group(2)]
             pos = match.end()
         if pos == len(text) and pos > 0:
-            return total
+            return _not_too_long(total, path)
     raise ConfigError(f"expected a duration like '500ms', '5s' or '1m30s', got {value!r}", path=path)
+
+
+#: The longest duration accepted, in seconds: the longest a thread can wait (about 292 years).
+LONGEST_DURATION = threading.TIMEOUT_MAX
+
+
+def _not_too_long(seconds: _Number, path: str) -> _Number:
+    if not seconds <= LONGEST_DURATION:  # NaN too
+        raise ConfigError(
+            f"expected a duration of at most {LONGEST_DURATION:.0f} seconds (about 292 years)", path=path
+        )
+    return seconds
 
 
 def _field_path(loc: tuple[int | str, ...], data: Any) -> str:
@@ -138,13 +161,61 @@ def format_validation_error(exc: ValidationError, source: str = "", data: Any = 
 def load_yaml(path: str | Path) -> Any:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        raw = p.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read configuration file: {exc.strerror}", source=str(p)) from exc
     try:
-        return yaml.safe_load(text) or {}
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ConfigError(
+            f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at line {line}, column {column} ({exc.reason})",
+            source=str(p),
+        ) from None
+    try:
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"not valid YAML: {describe_yaml_error(exc, text)}", source=str(p)) from exc
+    except RecursionError:
+        # PyYAML composes nested collections recursively: a few hundred levels exhaust the stack.
+        raise ConfigError(
+            f"not valid YAML: nested more than {MAX_DEPTH} levels deep", source=str(p)
+        ) from None
+    except (ValueError, OverflowError) as exc:
+        # PyYAML's constructors convert scalars with Python's own int() and datetime(), whose
+        # errors it does not wrap: an integer of over 4300 digits, a date like 2024-13-45.
+        raise ConfigError(f"not valid YAML: {' '.join(str(exc).split())}", source=str(p)) from None
+    check_shape(data, source=str(p))
+    return data
+
+
+def check_shape(data: Any, *, source: str = "") -> None:
+    """Refuse a parsed tree nested deeper than :data:`MAX_DEPTH` or holding more than
+    :data:`MAX_NODES` values, counting a YAML alias once per use.
+
+    ``interpolate`` and validation copy what an alias refers to at every use, so a file of a few
+    hundred bytes whose aliases refer to aliases ("billion laughs") would otherwise take minutes
+    and gigabytes, and an alias inside its own anchor (``&a [*a]``) would recurse forever.
+
+    >>> check_shape(yaml.safe_load("a: &a [*a]"))
+    Traceback (most recent call last):
+    ...
+    sluiceway.errors.ConfigError: nested more than 64 levels deep
+    """
+    pending: list[tuple[Any, int]] = [(data, 1)]
+    seen = 0
+    while pending:
+        node, depth = pending.pop()
+        seen += 1
+        if seen > MAX_NODES:
+            raise ConfigError(f"more than {MAX_NODES} values (an alias counts once per use)", source=source)
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"nested more than {MAX_DEPTH} levels deep", source=source)
+        if isinstance(node, dict):
+            pending.extend((value, depth + 1) for value in node.values())
+        elif isinstance(node, list):
+            pending.extend((value, depth + 1) for value in node)
 
 
 def describe_yaml_error(exc: yaml.YAMLError, text: str) -> str:

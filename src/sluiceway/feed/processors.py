@@ -169,7 +169,13 @@ class HttpProcessor:
                 f"expected a {self.encoding} string, an object, an array or null"
             )
         if self.encoding == "text":
-            return value.encode("utf-8")
+            try:
+                return value.encode("utf-8")
+            except UnicodeEncodeError as exc:  # JSON's "\ud800": a lone surrogate is no text
+                raise ProcessorError(
+                    f"HTTP processor {self.url} returned 'data' that is not text: {exc.reason} "
+                    f"at character {exc.start}"
+                ) from None
         try:
             return base64.b64decode(value, validate=True)
         except (binascii.Error, ValueError) as exc:
@@ -194,6 +200,9 @@ class HttpProcessor:
             raise ProcessorError(
                 f"HTTP processor {self.url} returned a body that is not JSON: {_snippet(raw)!r}"
             ) from exc
+        except RecursionError:
+            # json's decoder recurses per level: about a thousand nested arrays exhaust the stack.
+            raise ProcessorError(f"HTTP processor {self.url} returned JSON nested too deeply") from None
         if not isinstance(payload, dict):
             raise ProcessorError(
                 f"HTTP processor {self.url} returned JSON {type(payload).__name__}; expected an object "

@@ -181,7 +181,14 @@ def _headers(src: _Source, hstart: np.ndarray, hlen: np.ndarray) -> pa.Array:
     counts = np.zeros(n, dtype=np.int64)
     has = hlen > 0
     if has.any():
+        if int(hlen[has].min()) < 4:
+            raise RecordProblem(int(hstart[has][np.argmin(hlen[has])]), None, "headers block is truncated")
         counts[has] = src.w32[hstart[has]]
+        # Checked before the count sizes anything: a damaged u32 would index past the buffer,
+        # or ask np.repeat for billions of rows.
+        over = has & (4 + 8 * counts > hlen)
+        if over.any():
+            raise RecordProblem(int(hstart[np.argmax(over)]), None, "headers block count overruns the block")
     list_offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(counts, out=list_offsets[1:])
     total = int(list_offsets[-1])

@@ -351,6 +351,15 @@ def iter_records(buf: bytes, batch: ParsedBatch, lo: int, hi: int) -> Iterator[R
     Raises :class:`RecordProblem` on a structural inconsistency (these cannot happen once the
     batch checksum matched, short of a writer bug, so they fail loudly rather than skip).
     """
+    try:
+        yield from _iter_records(buf, batch, lo, hi)
+    except ValueError as exc:
+        # Text that is not UTF-8 (UnicodeDecodeError) or a malformed header block: the record
+        # checks above cover lengths and offsets, not what the fields hold.
+        raise RecordProblem(batch.pos, None, f"malformed record: {exc}") from None
+
+
+def _iter_records(buf: bytes, batch: ParsedBatch, lo: int, hi: int) -> Iterator[Record]:
     if batch.kind == KIND_BATCH:
         yield from _iter_batch_records(buf, batch, lo, hi)
         return

@@ -237,7 +237,15 @@ class Reader:
 
     def _derive_registers(self) -> dict[str, str]:
         view = self.visible()
-        reader = SegmentReader(os.path.join(self.path, segment_name(view.segment)), view.segment)
+        path = os.path.join(self.path, segment_name(view.segment))
+        try:
+            reader = SegmentReader(path, view.segment)
+        except FileNotFoundError:
+            raise JournalError(
+                f"journal {self.path}: segment {segment_name(view.segment)} is missing"
+            ) from None
+        except ValueError as exc:
+            raise CorruptRecordError(path, 0, None, str(exc)) from None
         try:
             cached = self._reg_cache
             if (

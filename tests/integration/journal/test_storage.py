@@ -368,3 +368,15 @@ def test_read_arrow_batches_are_whole_when_appends_fit(journal: Journal) -> None
     assert sizes == [90, 90, 90, 30, 100, 100, 50]
     for rb in journal.read_arrow(max_rows=100, to_offset=300):  # not slices of something bigger
         assert rb.column("offset").buffers()[1].size == 8 * rb.num_rows
+
+
+def test_registers_of_a_damaged_active_segment_are_a_corrupt_record_error(path: str) -> None:
+    # Found by fuzzing (fuzz/journal_segment.py): a reader in another process asking for the
+    # registers of a journal whose active segment header is damaged got a bare ValueError.
+    with Journal.open(path) as j:
+        append(j, ("a", b"1"))
+    (segment,) = seg_files(path)
+    Path(segment).write_bytes(b"\x87")
+    with Journal.open(path, read_only=True) as reader, pytest.raises(CorruptRecordError) as exc:
+        reader.registers()
+    assert (exc.value.path, exc.value.reason) == (segment, "segment header is truncated")

@@ -96,3 +96,11 @@ def test_message_ids_are_stable_per_outbox_and_differ_between_outboxes() -> None
     assert a != msg_id_prefix(target, "postgresql://app:one@db/app", "outbox2")
     record = MarkedRecord(42, None, "t", "k", b"v", (), "leader")
     assert to_message(record, a).msg_id == f"{a}42"
+
+
+@pytest.mark.parametrize("text", ["8--37002603700206037002030", "-5-1", "+5-1", " 5-1", "5_0-1", "5-", "x"])
+def test_only_digits_make_a_redis_entry_id(text: str) -> None:
+    # Found by fuzzing (fuzz/redis_record.py): int() took a negative sequence, and the offset
+    # built from it overflowed the record batch.
+    with pytest.raises(ValueError, match="is not a stream entry id"):
+        entry_offset(text)

@@ -164,3 +164,19 @@ def test_a_decode_error_is_in_the_sluiceway_tree() -> None:
     from sluiceway.errors import SluicewayError
 
     assert issubclass(DecodeError, CdcError) and issubclass(DecodeError, SluicewayError)
+
+
+# Found by fuzzing (fuzz/pgoutput.py): each input once escaped as another exception, or decoded
+# into a value the protocol cannot send.
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        (b"", "empty pgoutput message"),  # was IndexError
+        (pg.message(42, "p", "H 3")[:-1], "content runs past the end"),  # was a truncated content
+        (b"M\x00" + bytes(8) + b"p\x00" + b"\xff\xff\xff\xfe" + b"xy", "content runs past the end"),
+        (b"D\x00\x00\x00\x07X\x00\x00", "delete without an old tuple"),  # was Delete(old_kind="X")
+    ],
+)
+def test_fuzz_findings_are_decode_errors(data: bytes, fragment: str) -> None:
+    with pytest.raises(DecodeError, match=fragment):
+        decode(data)

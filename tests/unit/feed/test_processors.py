@@ -129,3 +129,22 @@ def test_configuration_is_checked() -> None:
         HttpProcessor("http://x", encoding="hex")  # type: ignore[arg-type]
     with pytest.raises(ConfigError):
         HttpProcessor("http://x", timeout=0)
+
+
+# Found with fuzz/feed_http_reply.py's seeds: each reply once escaped the processor as another
+# exception (RecursionError, UnicodeEncodeError), which the worker does not expect from it.
+@pytest.mark.parametrize(
+    ("encoding", "body", "fragment"),
+    [
+        ("base64", b"[" * 2000 + b"]" * 2000, "nested too deeply"),
+        ("base64", b'{"done": true, "data": ' + b"[" * 1500 + b"]" * 1500 + b"}", "nested too deeply"),
+        ("text", b'{"done": true, "data": "\\ud800"}', "'data' that is not text: surrogates not allowed"),
+    ],
+    ids=["deep body", "deep data", "lone surrogate"],
+)
+def test_fuzz_findings_are_processor_errors(encoding: str, body: bytes, fragment: str) -> None:
+    with (
+        http(lambda request: httpx.Response(200, content=body), encoding=encoding) as proc,
+        pytest.raises(ProcessorError, match=fragment),
+    ):
+        proc(Item(id=1, partition="p", gate=0, data=b"text", attempt=1))

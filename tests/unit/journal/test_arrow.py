@@ -6,6 +6,8 @@ compaction or an upgrade can put both in one segment (and so in one read buffer)
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -126,3 +128,32 @@ def test_arrow_columns_are_plain_types() -> None:
     assert [f.type for f in rb.schema] == [f.type for f in ARROW_SCHEMA]
     assert np.asarray(rb.column("timestamp").cast("int64"))[0] == 10**15
     rb.validate(full=True)
+
+
+# Found by fuzzing (fuzz/journal_segment.py, checksums recomputed after the damage, as a writer
+# bug would leave them): a records block whose structure adds up but whose contents do not.
+def _with_headers() -> tuple[bytearray, parse.ParsedBatch, int]:
+    recs = [("ns", "a", b"x", [("h", "1")], 0), ("ns", "b", b"y", [("h", "2"), ("i", "3")], 0)]
+    buf = bytearray(build_batch(recs, 0))
+    batch = parse_ok(bytes(buf))
+    return buf, batch, parse.records_layout(bytes(buf), batch).fields[3]  # the header blocks
+
+
+@pytest.mark.parametrize("count", [2, 0xFFFFFFFF], ids=["one too many", "four billion"])
+def test_a_header_count_past_its_block_is_a_record_problem(count: int) -> None:
+    buf, batch, headers = _with_headers()
+    struct.pack_into("<I", buf, headers, count)  # the first record's block holds one pair
+    with pytest.raises(RecordProblem, match="headers block count overruns"):  # was IndexError
+        decode_arrow(bytes(buf), [batch], 0, 10)
+    with pytest.raises(RecordProblem, match="pairs block count overruns"):  # was ValueError
+        list(parse.iter_records(bytes(buf), batch, 0, 10))
+
+
+def test_a_key_that_is_not_utf8_is_a_record_problem_for_the_iterator() -> None:
+    buf, batch, _headers = _with_headers()
+    key = parse.records_layout(bytes(buf), batch).fields[0]
+    buf[key] = 0xFF
+    # was UnicodeDecodeError
+    with pytest.raises(RecordProblem, match="malformed record: 'utf-8' codec") as exc:
+        list(parse.iter_records(bytes(buf), batch, 0, 10))
+    assert exc.value.position == batch.pos

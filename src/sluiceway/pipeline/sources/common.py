@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from sluiceway.pipeline.errors import SourceOptionError
+from sluiceway.pipeline.errors import SourceError, SourceOptionError
 from sluiceway.pipeline.offsets import parse_max_records
 from sluiceway.pipeline.record import RECORD_SCHEMA, with_delete_ops
 
@@ -26,13 +26,21 @@ def spark_record_schema() -> Any:
     return from_arrow_schema(RECORD_SCHEMA)
 
 
+#: The largest record offset (the record's ``offset`` is a signed 64-bit integer).
+_MAX_OFFSET = 2**63 - 1
+
 #: What a broker adapter reads back from a message: (key, value, headers), the harvester's mapping.
 Decoded = tuple[str, bytes | None, Sequence[tuple[str, str]]]
 
 
 def message_row(offset: int, namespace: str, decoded: Decoded, timestamp: datetime) -> dict[str, Any]:
     """One broker message (NATS, Redis) as a record row; ``decoded`` from the adapter
-    (``from_nats``, ``from_fields``). A tombstone's ``op`` is set by :func:`record_batch`."""
+    (``from_nats``, ``from_fields``). A tombstone's ``op`` is set by :func:`record_batch`.
+
+    An offset a record cannot hold (a JetStream sequence is unsigned, 64 bits) is a
+    :class:`SourceError`."""
+    if not 0 <= offset <= _MAX_OFFSET:
+        raise SourceError(f"{namespace!r}: position {offset} does not fit a record offset (0 to 2^63 - 1)")
     key, value, headers = decoded
     return {
         "offset": offset,

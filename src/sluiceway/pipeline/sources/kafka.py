@@ -50,6 +50,8 @@ from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailab
 
 NAME = "sluice-kafka"
 _CHUNK = 10_000
+#: The latest record timestamp (ms) whose microseconds fit the record's 64-bit timestamp.
+_LATEST_MS = (2**63 - 1) // 1000
 
 
 def kafka_config(options: Mapping[str, Any]) -> dict[str, str]:
@@ -292,7 +294,9 @@ def _append(cols: dict[str, list[Any]], msg: Any, off: int) -> None:
         if headers
         else []
     )
-    cols["timestamp"].append(ts_ms * 1000 if ts_ms >= 0 else None)
+    # A producer sets any 64-bit number of milliseconds; one before the epoch (-1: none given)
+    # or past what microseconds in 64 bits hold (the year 294247) is read as no timestamp.
+    cols["timestamp"].append(ts_ms * 1000 if 0 <= ts_ms <= _LATEST_MS else None)
 
 
 def _batch(cols: dict[str, list[Any]]) -> pa.RecordBatch:

@@ -19,7 +19,7 @@ Entries trimmed away (``MAXLEN``) are simply not there. No consumer group is use
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 
 from sluiceway.brokers.redis import entry_offset, from_fields, map_error, raw_stream_replies
-from sluiceway.pipeline.errors import SourceOptionError
+from sluiceway.pipeline.errors import SourceError, SourceOptionError
 from sluiceway.pipeline.sources.common import (
     RecordSource,
     limit_rows,
@@ -103,6 +103,19 @@ def nth_id(url: str, stream: str, after: str, count: int | None) -> str:
     return _text(found) if found else after
 
 
+def entry_row(stream: str, raw_id: bytes | str, fields: Sequence[bytes]) -> dict[str, Any]:
+    """One ``XRANGE`` entry as a record row: ``offset`` the id as one number, ``timestamp`` its
+    milliseconds. An id too large for an offset (given to ``XADD`` explicitly; Redis allows up
+    to 2^64 - 1) is a :class:`SourceError`: the entry cannot be read in order with the others."""
+    try:
+        entry_id = _text(raw_id)
+        offset = entry_offset(entry_id)
+    except ValueError as exc:
+        raise SourceError(f"{NAME}: stream {stream!r}: entry id {raw_id!r}: {exc}") from None
+    stamp = datetime.fromtimestamp(id_order(entry_id)[0] / 1000, UTC)
+    return message_row(offset, stream, from_fields(fields), stamp)
+
+
 def read_range(part: RedisPartition) -> Iterator[pa.RecordBatch]:
     """Entries with ``after < id <= upto`` as Arrow batches (executor side)."""
     client = _client(part.url)
@@ -115,12 +128,7 @@ def read_range(part: RedisPartition) -> Iterator[pa.RecordBatch]:
                 raise map_error(exc, "read", part.stream) from exc
             if not entries:
                 return
-            rows = []
-            for raw_id, fields in entries:
-                entry_id = _text(raw_id)
-                stamp = datetime.fromtimestamp(id_order(entry_id)[0] / 1000, UTC)
-                rows.append(message_row(entry_offset(entry_id), part.stream, from_fields(fields), stamp))
-            yield record_batch(rows)
+            yield record_batch([entry_row(part.stream, raw_id, fields) for raw_id, fields in entries])
             if len(entries) < _CHUNK:
                 return
             start = "(" + _text(entries[-1][0])
