@@ -15,13 +15,12 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from sluiceway.clock import duration_seconds
 from sluiceway.errors import ConfigError
 
 M = TypeVar("M", bound=BaseModel)
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def interpolate(value: Any, env: Mapping[str, str] | None = None, path: str = "") -> Any:
@@ -49,25 +48,10 @@ def interpolate(value: Any, env: Mapping[str, str] | None = None, path: str = ""
 
 def parse_duration(value: Any, *, path: str = "") -> float:
     """Seconds from a Go-style duration (``500ms``, ``1m30s``) or a number of seconds."""
-    if isinstance(value, bool):
-        raise ConfigError(f"expected a duration like '500ms' or '5s', got {value!r}", path=path)
-    if isinstance(value, int | float):
-        if value < 0:
-            raise ConfigError(f"must not be negative, got {value!r}", path=path)
-        return float(value)
-    if isinstance(value, str):
-        text = value.strip()
-        if text == "0":
-            return 0.0
-        pos, total = 0, 0.0
-        for match in _DURATION_PART.finditer(text):
-            if match.start() != pos:
-                break
-            total += float(match.group(1)) * _UNITS[match.group(2)]
-            pos = match.end()
-        if pos == len(text) and pos > 0:
-            return total
-    raise ConfigError(f"expected a duration like '500ms', '5s' or '1m30s', got {value!r}", path=path)
+    try:
+        return duration_seconds(value)
+    except ValueError as exc:
+        raise ConfigError(str(exc), path=path) from None
 
 
 def _field_path(loc: tuple[int | str, ...], data: Any) -> str:
