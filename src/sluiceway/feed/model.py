@@ -9,7 +9,7 @@ import enum
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from sluiceway.feed.errors import FeedError, ProcessorError
@@ -44,6 +44,44 @@ def encode_data(value: object) -> bytes:
         except (TypeError, ValueError) as exc:
             raise FeedError(f"item data is not JSON-serialisable: {exc}") from exc
     raise FeedError(f"item data must be bytes, str, dict or list, not {type(value).__name__}")
+
+
+#: What ``not_before`` accepts: an aware datetime, or a delay (timedelta or seconds) from now.
+Schedule = datetime | timedelta | int | float
+
+
+@dataclass(frozen=True, slots=True)
+class NotBefore:
+    """When scheduled work may first be claimed: at the instant ``at`` (aware), or ``delay``
+    seconds after the database's now when it is added (its clock decides, as for leases).
+
+    >>> NotBefore.coerce(timedelta(minutes=1))
+    NotBefore(at=None, delay=60.0)
+    >>> NotBefore.coerce(None) is None
+    True
+    """
+
+    at: datetime | None = None
+    delay: float | None = None
+
+    @classmethod
+    def coerce(cls, value: object) -> NotBefore | None:
+        if value is None or isinstance(value, NotBefore):
+            return value
+        if isinstance(value, datetime):
+            if value.tzinfo is None or value.utcoffset() is None:
+                raise FeedError(
+                    f"not_before {value.isoformat()} has no time zone; give an aware datetime "
+                    "(e.g. datetime.now(UTC) + …) or a timedelta"
+                )
+            return cls(at=value)
+        if isinstance(value, timedelta):
+            value = value.total_seconds()
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+            raise FeedError(
+                f"not_before must be an aware datetime, a timedelta or seconds >= 0, not {value!r}"
+            )
+        return cls(delay=float(value))
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +169,9 @@ class Partition:
     attributes: Mapping[str, Any]
     created_at: datetime | None
     updated_at: datetime | None
+    #: Added with ``not_before``: the instant it could first be leased (kept after that, until a
+    #: worker takes it).
+    not_before: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,12 +194,14 @@ class ItemRecord:
 
 @dataclass(frozen=True, slots=True)
 class NewPartition:
-    """A partition to create with ``Feed.add_many``: its name, its items (all at ``gate``) and attributes."""
+    """A partition to create with ``Feed.add_many``: its name, its items (all at ``gate``),
+    attributes, and ``not_before`` (see ``Feed.add``)."""
 
     name: str
     items: Sequence[ItemData] = ()
     gate: int = 0
     attributes: Mapping[str, Any] | None = None
+    not_before: Schedule | None = None
 
 
 T = TypeVar("T")

@@ -311,7 +311,7 @@ class FeedWorker:
                 if busy:
                     continue
                 if wake is not None and self._inflight == 0:
-                    woken = self._rest(store, wake, waiting, next_renew)
+                    woken = self._rest(store, wake, next_renew)
                 else:
                     self._idle_wait(self.poll_interval if not until_idle or waiting else 0.0)
         finally:
@@ -322,21 +322,22 @@ class FeedWorker:
                 if wake is not None:
                     wake.close()
 
-    def _rest(self, store: FeedStore, wake: WakeUps, waiting: bool, next_renew: float) -> bool:
+    def _rest(self, store: FeedStore, wake: WakeUps, next_renew: float) -> bool:
         """Nothing to do and nothing in flight: rest on the listening connection until a
         notification, the next renewal, the next retry due, or the fallback poll. True when
         woken by a notification or a catch-up after (re)listening."""
         timeout = min(self.fallback_poll, next_renew - self.clock.monotonic())
-        if waiting and self._held:
-            # Items are open at our gates but none was claimable: retries backing off, or claims
-            # of a worker that died. Nobody commits when those become due, so nobody notifies:
-            # ask the database when the first one is.
-            try:
-                due = store.next_due(self.owner)
-            except DatabaseError:
-                due = self.poll_interval  # the next cycle meets the trouble and reports it
-            if due is not None:
-                timeout = min(timeout, due + DUE_SLACK)
+        # Work that becomes claimable with nobody committing — items at our gates backing off
+        # (retries, retry_in) or scheduled (not_before), claims of a worker that died, free
+        # partitions scheduled for later — comes with no notification: ask the database when the
+        # first of it is due. Always, not only when our gates are open: a scheduled partition is
+        # nobody's yet (one statement per rest; rests are long).
+        try:
+            due = store.next_due(self.owner)
+        except DatabaseError:
+            due = self.poll_interval  # the next cycle meets the trouble and reports it
+        if due is not None:
+            timeout = min(timeout, due + DUE_SLACK)
         before = wake.notifications
         woken = wake.rest(max(timeout, MIN_REST))
         if wake.notifications != before:
