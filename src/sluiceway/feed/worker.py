@@ -497,6 +497,7 @@ class FeedWorker:
             s.retried += kinds.count(OutcomeKind.RETRY)
             s.failed += kinds.count(OutcomeKind.FAILED)
             s.requeued += kinds.count(OutcomeKind.REQUEUE)
+            s.deferred += kinds.count(OutcomeKind.DEFERRED)
             s.lost += len(outcomes) - written
         if written < len(outcomes):
             log.info(
