@@ -495,13 +495,16 @@ class FeedStore:
                 written += self.db.executemany(self.q["complete"], rows, what="feed complete")
         return written
 
-    def next_due(self, owner: str) -> float | None:
+    def next_due(self, owner: str, since: float) -> float | None:
         """Seconds until the first open item at the gates of ``owner``'s partitions becomes
-        claimable (by the database clock; <= 0: now), or None when none is open. PostgreSQL only:
-        a worker sleeping on LISTEN uses it to wake for a retry whose backoff runs out."""
+        claimable, or the first free scheduled partition comes due (or came due in the last
+        ``since`` seconds) — by the database clock; <= 0: now — or None. PostgreSQL only: a worker
+        sleeping on LISTEN uses it to wake for work nobody will notify about."""
         if not self.notifies:
             raise InvariantViolation("next_due is only asked of PostgreSQL stores (wake-ups)")
-        row = self.db.fetchone(self.q["next_due"], {"owner": owner}, what="feed next due")
+        row = self.db.fetchone(
+            self.q["next_due"], {"owner": owner, "since": max(0.0, since)}, what="feed next due"
+        )
         return None if row is None or row[0] is None else float(row[0])
 
     # -- gates --------------------------------------------------------------------------------

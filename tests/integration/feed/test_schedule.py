@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from typer.testing import CliRunner
 
@@ -62,12 +63,27 @@ def feed(any_dsn: str, prefix: str) -> Iterator[Feed]:
         yield f
 
 
+def listening(dsn: str, owner: str) -> bool:
+    """``owner``'s listening connection has run its LISTEN (it has asked next_due before)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE application_name = %s AND query LIKE 'LISTEN%%'",
+            (f"sluiceway feed wake-ups {owner}",),
+        ).fetchone()
+    return row is not None
+
+
 def worker(dsn: str, prefix: str, processor: Calls, **options: Any) -> FeedWorker:
+    """A started worker; on PostgreSQL, one already resting on LISTEN — so scheduled work added
+    afterwards is found by a wake-up and next_due, not by the worker's first look."""
     settings: dict[str, Any] = {"lease": 120.0, "fallback_poll": 30.0, "poll_interval": 0.1}
+    owner = f"sched-{uuid.uuid4().hex[:8]}"
+    w = FeedWorker(dsn, processor, prefix=prefix, owner=owner, **{**settings, **options})
+    w.start()
     if parse_dsn(dsn).dialect.value == "postgres":
-        assert options.get("wake_ups", True)  # the point there: woken by the due time, not a poll
-    w = FeedWorker(dsn, processor, prefix=prefix, **{**settings, **options})
-    return w.start()
+        assert w.wake_ups  # the point there: woken by the due time, not a poll
+        wait_until(lambda: listening(dsn, owner), timeout=SOON, message="the worker to listen")
+    return w
 
 
 def test_a_scheduled_partition_is_not_leased_before_its_time(any_dsn: str, feed: Feed, prefix: str) -> None:
@@ -84,6 +100,31 @@ def test_a_scheduled_partition_is_not_leased_before_its_time(any_dsn: str, feed:
     for name in ("later", "at"):
         done = feed.partition(name)
         assert done is not None and done.status is Status.COMPLETE
+
+
+def test_a_partition_that_comes_due_while_the_worker_is_busy_is_not_slept_past(
+    postgres_dsn: str, prefix: str
+) -> None:
+    # A poll_interval of 30 s keeps the worker from balancing again right after its work (the
+    # balance is throttled to one per poll_interval while it is busy): the second partition,
+    # due while the first one's item is processed, must be found through next_due — which
+    # reports partitions that came due since the worker last looked — and not by the 30 s
+    # fallback or the 40 s renewal.
+    class Slow(Calls):
+        def __call__(self, item: Item) -> dict[str, Any]:
+            answer = super().__call__(item)
+            if item.data == b"first":
+                time.sleep(0.5)  # slow work, not a wait: the second partition comes due meanwhile
+            return answer
+
+    calls = Slow()
+    with Feed(postgres_dsn, prefix=prefix) as feed, worker(postgres_dsn, prefix, calls, poll_interval=30.0):
+        before = time.time()
+        feed.add("first", [b"first"], not_before=DELAY)
+        feed.add("second", [b"second"], not_before=DELAY + 0.2)
+        wait_until(lambda: calls.at(b"second"), timeout=DELAY + SOON, message="the second partition")
+        assert min(calls.at(b"first")) >= before + DELAY - SLACK
+        assert min(calls.at(b"second")) >= before + DELAY + 0.2 - SLACK
 
 
 def test_scheduled_items_wait_in_a_partition_that_is_being_worked(

@@ -393,16 +393,20 @@ LISTEN {raw_wake_channel}
 -- An idle worker sleeps until the first thing that becomes workable without anyone committing
 -- (so without a notification): an item open at its gates that is not claimable yet (a retry
 -- backing off, a retry_in, a not_before, a lapsed claim of a worker that died), or a free
--- partition scheduled for later (not_before). Seconds from now by the database clock (skewed
--- worker clocks do not matter); NULL when there is none (LEAST ignores NULLs). The items part has
--- the claim's join and conditions (our lease too: an item the claim would not take must not
--- count as due, or the worker would wake for nothing until its renewal), over the open index;
--- the partitions part is one probe of the scheduled index.
+-- partition scheduled for later (not_before) — or one that came due since the worker last
+-- looked for free partitions (`since` seconds ago: it may have come due while the worker was busy,
+-- and it must not sleep past it; older ones it has seen, and leaves to others when at its target,
+-- so they cannot keep it awake). Seconds from now by the database clock (skewed worker clocks do
+-- not matter; negative: due already); NULL when there is none (LEAST ignores NULLs). The items
+-- part has the claim's join and conditions (our lease too: an item the claim would not take must
+-- not count as due, or the worker would wake for nothing until its renewal), over the open
+-- index; the partitions part is one probe of the scheduled index.
 SELECT EXTRACT(EPOCH FROM LEAST(
   (SELECT min(c.available_at)
    FROM {partitions} AS p
    JOIN {items} AS c ON c.partition_id = p.id AND c.gate = p.gate AND c.status = 'available'
    WHERE p.owner = %(owner)s AND p.status = 'available' AND p.lease_until > now()),
   (SELECT min(s.lease_until) FROM {partitions} AS s
-   WHERE s.status = 'available' AND s.owner IS NULL AND s.lease_until > now())
+   WHERE s.status = 'available' AND s.owner IS NULL
+     AND s.lease_until > now() - %(since)s::float8 * interval '1 second')
 ) - now())
