@@ -15,6 +15,7 @@ import typer
 from rich.table import Table
 
 from sluiceway.cli.common import METRICS_ADDR_HELP, console, fail, friendly_errors, setup_logging, styled
+from sluiceway.clock import duration_seconds
 from sluiceway.db import Database
 from sluiceway.errors import DatabaseError
 from sluiceway.feed import Feed, FeedStatus, FeedWorker, Status
@@ -64,12 +65,29 @@ def add(
     attributes: Annotated[
         str | None, typer.Option("--attributes", help="Partition attributes as a JSON object.")
     ] = None,
+    at: Annotated[
+        str | None,
+        typer.Option("--at", help="Not before this time: ISO 8601 with a time zone (2026-12-01T09:00:00Z)."),
+    ] = None,
+    in_: Annotated[
+        str | None, typer.Option("--in", help="Not before this long from now: a duration (30s, 5m, 1h30m).")
+    ] = None,
     prefix: Annotated[str, typer.Option("--prefix", help=PREFIX_HELP)] = "feed_",
 ) -> None:
     """Add a partition with its items, or add items to an open partition (at or above its gate).
 
-    Example: sluice feed add --dsn sqlite:///app.db -p folder-1 -i a.pdf -i b.pdf --gate 0
+    With --at or --in the work is scheduled: not claimed before then (a new partition is not even
+    leased), by the database's clock.
+
+    Examples:
+
+      sluice feed add --dsn sqlite:///app.db -p folder-1 -i a.pdf -i b.pdf --gate 0
+
+      sluice feed add --dsn sqlite:///app.db -p nightly -i report --at 2026-12-01T02:00:00+01:00
+
+      sluice feed add --dsn sqlite:///app.db -p folder-1 -i c.pdf --in 5m
     """
+    not_before = _not_before(at, in_)
     datas: list[bytes] = [i.encode("utf-8") for i in item or []]
     if file is not None:
         try:
@@ -85,16 +103,49 @@ def add(
         if not isinstance(attrs, dict):
             raise fail("--attributes must be a JSON object")
     with Feed(dsn, prefix=prefix) as feed:
+        when = "" if not_before is None else f", not before {_describe(not_before)}"
         if feed.partition(partition) is None:
-            feed.add(partition, datas, gate=gate, attributes=attrs)
+            feed.add(partition, datas, gate=gate, attributes=attrs, not_before=not_before)
             console.print(
-                styled("partition ", (partition, "bold"), f" added with {len(datas)} item(s) at gate {gate}")
+                styled(
+                    "partition ",
+                    (partition, "bold"),
+                    f" added with {len(datas)} item(s) at gate {gate}{when}",
+                )
             )
         else:
             if attrs is not None:
                 raise fail(f"partition {partition!r} exists; --attributes only apply when creating it")
-            n = feed.add_items(partition, datas, gate)
-            console.print(styled(f"{n} item(s) added to partition ", (partition, "bold"), f" at gate {gate}"))
+            n = feed.add_items(partition, datas, gate, not_before=not_before)
+            console.print(
+                styled(f"{n} item(s) added to partition ", (partition, "bold"), f" at gate {gate}{when}")
+            )
+
+
+def _not_before(at: str | None, in_: str | None) -> datetime | float | None:
+    """--at / --in as a not_before (one of them at most); a bad value is one line and exit 1."""
+    if at is not None and in_ is not None:
+        raise fail("give --at or --in, not both")
+    if in_ is not None:
+        try:
+            return duration_seconds(in_)
+        except ValueError as exc:
+            raise fail(f"--in: {exc}") from None
+    if at is None:
+        return None
+    try:
+        when = datetime.fromisoformat(at.strip())
+    except ValueError:
+        raise fail(f"--at: {at!r} is not an ISO 8601 time like 2026-12-01T09:00:00Z") from None
+    if when.tzinfo is None:
+        raise fail(f"--at: {at!r} has no time zone; add Z or an offset like +01:00")
+    return when
+
+
+def _describe(not_before: datetime | float) -> str:
+    if isinstance(not_before, datetime):
+        return not_before.astimezone(UTC).isoformat(timespec="seconds")
+    return f"{not_before:g}s from now"
 
 
 @app.command("worker")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,14 +15,12 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from sluiceway.clock import duration_seconds
 from sluiceway.errors import ConfigError
 
 M = TypeVar("M", bound=BaseModel)
-_Number = TypeVar("_Number", int, float)
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 #: Bounds on a configuration file's shape (:func:`check_shape`): real files are a few levels
 #: deep and hold hundreds of values.
@@ -57,40 +54,13 @@ def interpolate(value: Any, env: Mapping[str, str] | None = None, path: str = ""
 def parse_duration(value: Any, *, path: str = "") -> float:
     """Seconds from a Go-style duration (``500ms``, ``1m30s``) or a number of seconds.
 
-    At most :data:`LONGEST_DURATION`: a longer one (``.inf``, 400 digits) cannot be waited on.
+    At most :data:`~sluiceway.clock.LONGEST_DURATION`: a longer one (``.inf``, 400 digits) cannot
+    be waited on.
     """
-    if isinstance(value, bool):
-        raise ConfigError(f"expected a duration like '500ms' or '5s', got {value!r}", path=path)
-    if isinstance(value, int | float):
-        if value < 0:
-            raise ConfigError(f"must not be negative, got {value!r}", path=path)
-        # Compared before float(), which overflows on a long enough integer.
-        return float(_not_too_long(value, path))
-    if isinstance(value, str):
-        text = value.strip()
-        if text == "0":
-            return 0.0
-        pos, total = 0, 0.0
-        for match in _DURATION_PART.finditer(text):
-            if match.start() != pos:
-                break
-            total += float(match.group(1)) * _UNITS[match.group(2)]
-            pos = match.end()
-        if pos == len(text) and pos > 0:
-            return _not_too_long(total, path)
-    raise ConfigError(f"expected a duration like '500ms', '5s' or '1m30s', got {value!r}", path=path)
-
-
-#: The longest duration accepted, in seconds: the longest a thread can wait (about 292 years).
-LONGEST_DURATION = threading.TIMEOUT_MAX
-
-
-def _not_too_long(seconds: _Number, path: str) -> _Number:
-    if not seconds <= LONGEST_DURATION:  # NaN too
-        raise ConfigError(
-            f"expected a duration of at most {LONGEST_DURATION:.0f} seconds (about 292 years)", path=path
-        )
-    return seconds
+    try:
+        return duration_seconds(value)
+    except ValueError as exc:
+        raise ConfigError(str(exc), path=path) from None
 
 
 def _field_path(loc: tuple[int | str, ...], data: Any) -> str:

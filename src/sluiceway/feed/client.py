@@ -20,14 +20,18 @@ from sluiceway.feed.model import (
     ItemData,
     ItemRecord,
     NewPartition,
+    NotBefore,
     Page,
     Partition,
+    Schedule,
     Status,
     encode_data,
 )
 from sluiceway.feed.store import FeedStore
 
 IfExists = Literal["error", "skip", "append"]
+#: A partition ready to add: name, gate, encoded items, attributes, schedule.
+_Prepared = tuple[str, int, list[bytes], Mapping[str, Any] | None, NotBefore | None]
 
 #: Longest partition name (the MySQL column is VARCHAR(255); the same limit everywhere).
 MAX_NAME = 255
@@ -52,9 +56,11 @@ def _check_gate(gate: object) -> int:
 def _coerce_partition(spec: NewPartition | tuple[Any, ...]) -> NewPartition:
     if isinstance(spec, NewPartition):
         return spec
-    if isinstance(spec, tuple) and 1 <= len(spec) <= 4:
+    if isinstance(spec, tuple) and 1 <= len(spec) <= 5:
         return NewPartition(*spec)
-    raise FeedError(f"expected NewPartition(name, items, gate, attributes) or a tuple of those, not {spec!r}")
+    raise FeedError(
+        f"expected NewPartition(name, items, gate, attributes, not_before) or a tuple of those, not {spec!r}"
+    )
 
 
 class Feed:
@@ -104,6 +110,7 @@ class Feed:
         gate: int = 0,
         attributes: Mapping[str, Any] | None = None,
         if_exists: IfExists = "error",
+        not_before: Schedule | None = None,
     ) -> int:
         """Create a partition with its items in one transaction (never visible without them).
 
@@ -112,16 +119,24 @@ class Feed:
         :class:`PartitionExistsError`, ``"skip"`` leaves the existing partition as it is (idempotent
         re-delivery), ``"append"`` adds the items to it (as :meth:`add_items`). Returns the id.
 
+        ``not_before``: scheduled work — an aware datetime, or a delay (``timedelta`` or seconds)
+        from the database's now. No worker leases the partition, and no item is claimed, before
+        then (by the database's clock). With ``"append"`` to an existing partition it applies to
+        the new items.
+
         >>> Feed("sqlite:///:memory:").add("folder-7", [b"a.pdf", b"b.pdf"])
         1
+        >>> Feed("sqlite:///:memory:").add("in-an-hour", [b"report"], not_before=3600)
+        1
         """
-        return self.add_many([NewPartition(partition, items, gate, attributes)], if_exists=if_exists)[0]
+        spec = NewPartition(partition, items, gate, attributes, not_before)
+        return self.add_many([spec], if_exists=if_exists)[0]
 
     def add_many(
         self, partitions: Iterable[NewPartition | tuple[Any, ...]], *, if_exists: IfExists = "error"
     ) -> list[int]:
-        """Create many partitions (``NewPartition`` or ``(name, items[, gate[, attributes]])``)
-        in one transaction, with items inserted in bounded batches. All or nothing.
+        """Create many partitions (``NewPartition`` or ``(name, items[, gate[, attributes[,
+        not_before]]]])``) in one transaction, with items inserted in bounded batches. All or nothing.
 
         The batch API for bulk producers such as a pipeline sink: with ``if_exists="skip"`` a
         replayed batch is a no-op for the partitions it already created.
@@ -130,7 +145,13 @@ class Feed:
         if if_exists not in ("error", "skip", "append"):
             raise FeedError(f"if_exists must be 'error', 'skip' or 'append', not {if_exists!r}")
         prepared = [
-            (_check_name(s.name), _check_gate(s.gate), [encode_data(i) for i in s.items], s.attributes)
+            (
+                _check_name(s.name),
+                _check_gate(s.gate),
+                [encode_data(i) for i in s.items],
+                s.attributes,
+                NotBefore.coerce(s.not_before),
+            )
             for s in specs
         ]
         seen: set[str] = set()
@@ -155,17 +176,23 @@ class Feed:
                     raise PartitionExistsError(taken[0]) from exc
         raise FeedError("add_many did not succeed")  # not reached: the loop returns or raises
 
-    def _add_many(
-        self, prepared: list[tuple[str, int, list[bytes], Mapping[str, Any] | None]], if_exists: IfExists
-    ) -> list[int]:
+    def _add_many(self, prepared: list[_Prepared], if_exists: IfExists) -> list[int]:
         ids: list[int] = []
-        rows: list[tuple[int, int, bytes]] = []
+        # Items grouped by schedule, so unscheduled ones (nearly always all of them) stay one
+        # bulk insert across partitions.
+        rows: dict[NotBefore | None, list[tuple[int, int, bytes]]] = {}
+        instants: dict[NotBefore, object] = {}
         created = False  # a partition created or appended to (not only skipped)
         with self.db.transaction():
-            for name, gate, datas, attributes in prepared:
+            for name, gate, datas, attributes, not_before in prepared:
+                at = None
+                if not_before is not None:
+                    if not_before not in instants:
+                        instants[not_before] = self.store.scheduled_at(not_before)
+                    at = instants[not_before]
                 current = self.store.lock_partition(name)
                 if current is None:
-                    pid = self.store.insert_partition(name, gate, attributes)
+                    pid = self.store.insert_partition(name, gate, attributes, at)
                 elif if_exists == "error":
                     raise PartitionExistsError(name)
                 elif if_exists == "skip":
@@ -174,9 +201,10 @@ class Feed:
                 else:
                     pid = self._open_for_items(name, current, gate)
                 ids.append(pid)
-                rows.extend((pid, gate, d) for d in datas)
+                rows.setdefault(not_before, []).extend((pid, gate, d) for d in datas)
                 created = True
-            self.store.insert_items(rows)
+            for not_before, group in rows.items():
+                self.store.insert_items(group, None if not_before is None else instants[not_before])
             if created:
                 # Delivered at commit (PostgreSQL): no worker wakes before the work is visible.
                 self.store.notify("add")
@@ -200,11 +228,19 @@ class Feed:
             raise FeedError(f"partition {name!r} changed while it was locked (should not happen)")
         return pid
 
-    def add_items(self, partition: str, items: Sequence[ItemData], gate: int | None = None) -> int:
+    def add_items(
+        self,
+        partition: str,
+        items: Sequence[ItemData],
+        gate: int | None = None,
+        *,
+        not_before: Schedule | None = None,
+    ) -> int:
         """Add items to an open partition at ``gate`` (default: its current gate); return how many.
 
         A gate below the partition's current gate raises :class:`GateError` (those items would
-        never run); a complete partition raises :class:`PartitionClosedError`.
+        never run); a complete partition raises :class:`PartitionClosedError`. ``not_before``: no
+        item is claimed before then (see :meth:`add`); meanwhile they hold their gate open.
 
         >>> feed = Feed("sqlite:///:memory:"); _ = feed.add("p", [b"x"])
         >>> feed.add_items("p", [b"y", b"z"], gate=2)
@@ -212,13 +248,15 @@ class Feed:
         """
         name = _check_name(partition)
         datas = [encode_data(i) for i in items]
+        schedule = NotBefore.coerce(not_before)
         with self.db.transaction():
+            available_at = None if schedule is None else self.store.scheduled_at(schedule)
             current = self.store.lock_partition(name)
             if current is None:
                 raise PartitionNotFoundError(name)
             at = current[2] if gate is None else _check_gate(gate)
             pid = self._open_for_items(name, current, at)
-            self.store.insert_items([(pid, at, d) for d in datas])
+            self.store.insert_items([(pid, at, d) for d in datas], available_at)
             self.store.notify("add")  # delivered at commit, with the items
         return len(datas)
 

@@ -65,6 +65,7 @@ class OutcomeKind(enum.StrEnum):
     RETRY = "retry"  # it failed; it comes back after a backoff
     FAILED = "failed"  # it failed max_attempts times (or permanently); it blocks its gate
     REQUEUE = "requeue"  # never started (lease nearly spent, or the worker is stopping)
+    DEFERRED = "deferred"  # the processor asked for it again later (retry_in): not a failure
 
 
 class Outcome(NamedTuple):
@@ -96,6 +97,13 @@ def describe_error(exc: BaseException) -> str:
 
 def success_outcome(claimed: Claimed, result: ProcessorResult) -> Outcome:
     """Turn a processor's answer into an outcome; a move below the current gate is an error."""
+    if result.retry_in is not None:
+        # Not a failure: the attempt the claim counted is given back (as a requeue does), so an
+        # item polled for an hour is not "failed" by max_attempts, and its backoff is its own.
+        return Outcome(
+            OutcomeKind.DEFERRED, claimed.id, claimed.partition_id, claimed.version, Status.AVAILABLE,
+            claimed.gate, max(0, claimed.attempts - 1), data=result.data, delay=result.retry_in,
+        )  # fmt: skip
     if result.done:
         return Outcome(
             OutcomeKind.DONE, claimed.id, claimed.partition_id, claimed.version, Status.COMPLETE,

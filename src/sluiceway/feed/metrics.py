@@ -13,7 +13,7 @@ from typing import Any
 from sluiceway.feed.worker import FeedWorker
 
 #: ``sluice_feed_items_total{outcome}``: what became of the items this worker processed.
-ITEM_OUTCOMES = ("completed", "moved", "retried", "failed", "requeued", "lost")
+ITEM_OUTCOMES = ("completed", "moved", "retried", "deferred", "failed", "requeued", "lost")
 #: ``sluice_feed_partitions_total{event}``: partitions this worker took, gave back or closed.
 PARTITION_EVENTS = (
     ("acquired", "acquired"),

@@ -9,9 +9,10 @@ import enum
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
+from sluiceway.clock import duration_seconds
 from sluiceway.feed.errors import FeedError, ProcessorError
 
 #: What callers may pass as an item's data: raw bytes, text (stored as UTF-8) or a JSON value.
@@ -46,6 +47,44 @@ def encode_data(value: object) -> bytes:
     raise FeedError(f"item data must be bytes, str, dict or list, not {type(value).__name__}")
 
 
+#: What ``not_before`` accepts: an aware datetime, or a delay (timedelta or seconds) from now.
+Schedule = datetime | timedelta | int | float
+
+
+@dataclass(frozen=True, slots=True)
+class NotBefore:
+    """When scheduled work may first be claimed: at the instant ``at`` (aware), or ``delay``
+    seconds after the database's now when it is added (its clock decides, as for leases).
+
+    >>> NotBefore.coerce(timedelta(minutes=1))
+    NotBefore(at=None, delay=60.0)
+    >>> NotBefore.coerce(None) is None
+    True
+    """
+
+    at: datetime | None = None
+    delay: float | None = None
+
+    @classmethod
+    def coerce(cls, value: object) -> NotBefore | None:
+        if value is None or isinstance(value, NotBefore):
+            return value
+        if isinstance(value, datetime):
+            if value.tzinfo is None or value.utcoffset() is None:
+                raise FeedError(
+                    f"not_before {value.isoformat()} has no time zone; give an aware datetime "
+                    "(e.g. datetime.now(UTC) + …) or a timedelta"
+                )
+            return cls(at=value)
+        if isinstance(value, timedelta):
+            value = value.total_seconds()
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+            raise FeedError(
+                f"not_before must be an aware datetime, a timedelta or seconds >= 0, not {value!r}"
+            )
+        return cls(delay=float(value))
+
+
 @dataclass(frozen=True, slots=True)
 class Item:
     """One item handed to a processor.
@@ -72,15 +111,21 @@ class ProcessorResult:
 
     * ``done=True``: the item is complete (``gate`` is ignored);
     * ``done=False``: the item waits at ``gate`` (>= the partition's gate) for its next step;
-    * ``data``: the item's new data (``None`` keeps the current data).
+    * ``data``: the item's new data (``None`` keeps the current data);
+    * ``retry_in``: not finished yet, not failed either — process the item again (same gate)
+      after this many seconds, without counting an attempt (``{"retry_in": "30s"}``: a number
+      of seconds or a duration). It excludes ``gate`` and ``done``; ``data`` may come with it.
 
     >>> ProcessorResult(gate=1, done=False, data=b"ocr text")
-    ProcessorResult(gate=1, done=False, data=b'ocr text')
+    ProcessorResult(gate=1, done=False, data=b'ocr text', retry_in=None)
+    >>> ProcessorResult.coerce({"retry_in": "1m30s"}).retry_in
+    90.0
     """
 
     gate: int | None = None
     done: bool = False
     data: bytes | None = None
+    retry_in: float | None = None
 
     @classmethod
     def coerce(cls, value: object) -> ProcessorResult:
@@ -94,11 +139,14 @@ class ProcessorResult:
                 f"processor returned {type(value).__name__}; expected a ProcessorResult or a "
                 "mapping {'gate': int, 'done': bool, 'data': ...}"
             )
-        unknown = set(value) - {"gate", "done", "data"}
+        unknown = set(value) - {"gate", "done", "data", "retry_in"}
         if unknown:
             raise ProcessorError(
-                f"processor result has unknown field(s) {sorted(unknown)}; expected gate, done, data"
+                f"processor result has unknown field(s) {sorted(unknown)}; "
+                "expected gate, done, data, retry_in"
             )
+        if value.get("retry_in") is not None:
+            return cls._deferred(value)
         done = value.get("done", False)
         if not isinstance(done, bool):
             raise ProcessorError(f"processor result field 'done' must be true or false, not {done!r}")
@@ -111,6 +159,20 @@ class ProcessorResult:
             )
         data = value.get("data")
         return cls(gate=gate, done=done, data=None if data is None else encode_data(data))
+
+    @classmethod
+    def _deferred(cls, value: Mapping[str, Any]) -> ProcessorResult:
+        if value.get("gate") is not None or value.get("done", False) is not False:
+            raise ProcessorError(
+                "processor result field 'retry_in' cannot come with 'gate' or 'done': the item stays "
+                "where it is and runs again later"
+            )
+        try:
+            retry_in = duration_seconds(value["retry_in"])
+        except ValueError as exc:
+            raise ProcessorError(f"processor result field 'retry_in': {exc}") from None
+        data = value.get("data")
+        return cls(data=None if data is None else encode_data(data), retry_in=retry_in)
 
 
 _DONE: dict[str, Any] = {"done": True}
@@ -131,6 +193,9 @@ class Partition:
     attributes: Mapping[str, Any]
     created_at: datetime | None
     updated_at: datetime | None
+    #: Added with ``not_before``: the instant it could first be leased (kept after that, until a
+    #: worker takes it).
+    not_before: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,12 +218,14 @@ class ItemRecord:
 
 @dataclass(frozen=True, slots=True)
 class NewPartition:
-    """A partition to create with ``Feed.add_many``: its name, its items (all at ``gate``) and attributes."""
+    """A partition to create with ``Feed.add_many``: its name, its items (all at ``gate``),
+    attributes, and ``not_before`` (see ``Feed.add``)."""
 
     name: str
     items: Sequence[ItemData] = ()
     gate: int = 0
     attributes: Mapping[str, Any] | None = None
+    not_before: Schedule | None = None
 
 
 T = TypeVar("T")
@@ -208,6 +275,8 @@ class WorkerStats:
     retried: int = 0
     failed: int = 0
     requeued: int = 0
+    #: Items a processor asked to see again later (``retry_in``), attempts not counted.
+    deferred: int = 0
     lost: int = 0
     acquired: int = 0
     stolen: int = 0

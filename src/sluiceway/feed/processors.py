@@ -16,7 +16,14 @@ string; items that are not valid UTF-8 fail without retries). Response, status 2
     {"gate": 1, "done": false, "data": "…"}
 
 ``data`` may be omitted or null (keep the item's data), a string in the request's encoding, or
-a JSON object/array (stored as compact JSON). Anything else — a non-2xx status, a body that
+a JSON object/array (stored as compact JSON). Or, to see the item again later without counting a failure
+(an external job still running, a rate limit upstream)::
+
+    {"retry_in": "30s"}
+
+``retry_in`` is a number of seconds or a duration (``500ms``, ``5m``, ``1h``); the item stays at its
+gate, its ``attempts`` unchanged, and is claimed again once the delay has passed (``data`` may
+come with it; ``gate`` and ``done`` may not). Anything else — a non-2xx status, a body that
 is not a JSON object, fields of the wrong type, a body over ``max_response_bytes``, a timeout —
 is a :class:`ProcessorError`, and the item is retried with backoff up to ``max_attempts``.
 """

@@ -19,10 +19,13 @@ from sluiceway.db import Database, Dialect, QuerySet, check_identifier, quote_id
 from sluiceway.errors import ConfigError, InvariantViolation
 from sluiceway.feed.balance import Census
 from sluiceway.feed.core import Claimed, Decision, GateSummary, Outcome, OutcomeKind
-from sluiceway.feed.model import FeedStatus, ItemRecord, Page, Partition, Status, WorkerLeases
+from sluiceway.feed.model import FeedStatus, ItemRecord, NotBefore, Page, Partition, Status, WorkerLeases
 
 _PREFIX = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]{0,62}\.)?[A-Za-z0-9_]{0,40}$")
 _MIGRATION_LOCK = "sluiceway.feed.migrate"
+
+#: A free partition's lease_until (an indexing device: "free since forever").
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 #: Items per INSERT statement when adding: bounded so one huge add never builds one huge statement.
 INSERT_CHUNK = 5000
@@ -131,6 +134,7 @@ class FeedStore:
             raw_partitions_free_idx=raw("partitions_free_idx"),
             raw_partitions_owner_idx=raw("partitions_owner_idx"),
             raw_partitions_status_idx=raw("partitions_status_idx"),
+            raw_partitions_scheduled_idx=raw("partitions_scheduled_idx"),
             raw_items_status_check=raw("items_status_check"),
             raw_items_open_idx=raw("items_open_idx"),
             raw_items_failed_idx=raw("items_failed_idx"),
@@ -166,6 +170,8 @@ class FeedStore:
         "index_partitions_free",
         "index_partitions_owner",
         "index_partitions_status",
+        # Added with scheduled work: CREATE INDEX IF NOT EXISTS, so older tables get it too.
+        "index_partitions_scheduled",
         "index_items_open",
         "index_items_failed",
         "index_items_partition",
@@ -190,34 +196,70 @@ class FeedStore:
                 self.db.execute(self.q[name], what=f"feed migrate {name}")
 
     # -- producers (call inside a transaction) ------------------------------------------------
-    def insert_partition(self, name: str, gate: int, attributes: Mapping[str, Any] | None) -> int:
+    def scheduled_at(self, not_before: NotBefore) -> object:
+        """``not_before`` as one instant in the database's own terms (by its clock for a delay),
+        to bind as a partition's lease_until and its items' available_at."""
+        params: dict[str, Any]
+        at = not_before.at
+        delay = not_before.delay
+        if self.dialect is Dialect.POSTGRES:
+            params = {"at": at, "delay": delay}
+        elif self.dialect is Dialect.SQLITE:
+            # The columns hold ISO-8601 UTC text with milliseconds, compared as text.
+            params = {
+                "at": None if at is None else at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3],
+                "delay_mod": None if delay is None else f"+{delay:.3f} seconds",
+            }
+        else:
+            params = {
+                "at": None if at is None else at.astimezone(UTC).replace(tzinfo=None),
+                "delay_us": None if delay is None else round(delay * 1_000_000),
+            }
+        row = self.db.fetchone(self.q["scheduled_at"], params, what="feed schedule")
+        if row is None or row[0] is None:
+            raise InvariantViolation(f"scheduled_at gave no instant for {not_before!r}")
+        return row[0]
+
+    def insert_partition(
+        self, name: str, gate: int, attributes: Mapping[str, Any] | None, lease_until: object = None
+    ) -> int:
+        """``lease_until``: an instant from :meth:`scheduled_at` (no lease before it), or None."""
         row = self.db.fetchone(
             self.q["insert_partition"],
-            {"name": name, "gate": gate, "attributes": json.dumps(dict(attributes or {}))},
+            {
+                "name": name,
+                "gate": gate,
+                "attributes": json.dumps(dict(attributes or {})),
+                "lease_until": lease_until,
+            },
             what="feed add partition",
         )
         if row is None:
             raise InvariantViolation("INSERT … RETURNING id returned no row")
         return int(row[0])
 
-    def insert_items(self, rows: Sequence[tuple[int, int, bytes]]) -> None:
-        """Insert ``(partition_id, gate, data)`` rows, in bounded chunks."""
+    def insert_items(self, rows: Sequence[tuple[int, int, bytes]], available_at: object = None) -> None:
+        """Insert ``(partition_id, gate, data)`` rows, in bounded chunks; ``available_at``: an
+        instant from :meth:`scheduled_at` (not claimable before it), or None (at once)."""
+        block = "insert_items" if available_at is None else "insert_items_at"
+        at = {} if available_at is None else {"available_at": available_at}
         for start in range(0, len(rows), INSERT_CHUNK):
             chunk = rows[start : start + INSERT_CHUNK]
             if self.dialect is Dialect.POSTGRES:
                 self.db.execute(
-                    self.q["insert_items"],
+                    self.q[block],
                     {
                         "partition_ids": [r[0] for r in chunk],
                         "gates": [r[1] for r in chunk],
                         "datas": [r[2] for r in chunk],
+                        **at,
                     },
                     what="feed add items",
                 )
             else:
                 self.db.executemany(
-                    self.q["insert_items"],
-                    [{"partition_id": r[0], "gate": r[1], "data": r[2]} for r in chunk],
+                    self.q[block],
+                    [{"partition_id": r[0], "gate": r[1], "data": r[2], **at} for r in chunk],
                     what="feed add items",
                 )
 
@@ -243,6 +285,10 @@ class FeedStore:
     # -- reading ------------------------------------------------------------------------------
     @staticmethod
     def _partition(row: Sequence[Any]) -> Partition:
+        lease_until = _ts(row[5])
+        # Free with a lease_until past the epoch: it was added with a not_before (a release or a
+        # close sets the epoch again).
+        scheduled = row[4] is None and lease_until is not None and lease_until > EPOCH
         return Partition(
             id=int(row[0]),
             name=str(row[1]),
@@ -250,11 +296,12 @@ class FeedStore:
             gate=int(row[3]),
             owner=row[4],
             # A free partition's lease_until is the epoch (an indexing device): show no lease.
-            lease_until=_ts(row[5]) if row[4] is not None else None,
+            lease_until=lease_until if row[4] is not None else None,
             version=int(row[6]),
             attributes=_json(row[7]),
             created_at=_ts(row[8]),
             updated_at=_ts(row[9]),
+            not_before=lease_until if scheduled else None,
         )
 
     def partition(self, name: str) -> Partition | None:
@@ -448,13 +495,16 @@ class FeedStore:
                 written += self.db.executemany(self.q["complete"], rows, what="feed complete")
         return written
 
-    def next_due(self, owner: str) -> float | None:
+    def next_due(self, owner: str, since: float) -> float | None:
         """Seconds until the first open item at the gates of ``owner``'s partitions becomes
-        claimable (by the database clock; <= 0: now), or None when none is open. PostgreSQL only:
-        a worker sleeping on LISTEN uses it to wake for a retry whose backoff runs out."""
+        claimable, or the first free scheduled partition comes due (or came due in the last
+        ``since`` seconds) — by the database clock; <= 0: now — or None. PostgreSQL only: a worker
+        sleeping on LISTEN uses it to wake for work nobody will notify about."""
         if not self.notifies:
             raise InvariantViolation("next_due is only asked of PostgreSQL stores (wake-ups)")
-        row = self.db.fetchone(self.q["next_due"], {"owner": owner}, what="feed next due")
+        row = self.db.fetchone(
+            self.q["next_due"], {"owner": owner, "since": max(0.0, since)}, what="feed next due"
+        )
         return None if row is None or row[0] is None else float(row[0])
 
     # -- gates --------------------------------------------------------------------------------

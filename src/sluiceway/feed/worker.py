@@ -12,8 +12,9 @@ One coordinator thread owns the database connection and does all SQL; processors
    the gate (fan-in), complete the partition, or mark it failed — each an OCC update.
 
 When a cycle finds nothing to do the worker rests: on PostgreSQL (``wake_ups``, on by default) on
-a listening connection until a producer's NOTIFY, its next renewal, its next retry due or the long
-``fallback_poll`` (:mod:`sluiceway.feed.wakeup`); elsewhere for ``poll_interval``.
+a listening connection until a producer's NOTIFY, its next renewal, the next work due without a
+notification (a retry, a ``retry_in``, scheduled work) or the long ``fallback_poll``
+(:mod:`sluiceway.feed.wakeup`); elsewhere for ``poll_interval``.
 
 Delivery is at-least-once: a worker that dies mid-item leaves the item's claim to lapse, and
 another worker processes it again. Two workers never process one item at the same time: the
@@ -67,6 +68,33 @@ GATHER_DELAY = 0.02
 MIN_REST = 0.05
 #: Added to a retry's due time, so the worker wakes just after the item is claimable, not before.
 DUE_SLACK = 0.01
+
+
+class _NextDue:
+    """The last answer of ``next_due`` (monotonic time of the first scheduled work due), kept
+    while nothing that could move it happened: ask again after a wake-up or a busy cycle
+    (``stale``), once that time has come, when the partitions held changed, or after a fallback
+    interval (a program writing the tables directly sends no notification)."""
+
+    def __init__(self) -> None:
+        self.stale = True
+        self.at: float | None = None
+        self.asked = -1e9
+        self.held: frozenset[int] = frozenset()
+
+    def needs_asking(self, now: float, held: frozenset[int], fallback: float) -> bool:
+        return (
+            self.stale
+            or held != self.held
+            or (self.at is not None and now >= self.at)
+            or now - self.asked >= fallback
+        )
+
+    def answer(self, now: float, seconds: float | None, held: frozenset[int]) -> None:
+        self.stale = False
+        self.at = None if seconds is None else now + seconds
+        self.asked = now
+        self.held = held
 
 
 def default_owner() -> str:
@@ -169,6 +197,7 @@ class FeedWorker:
         self._touched: set[int] = set()
         self._seconds_per_item = 0.0  # running estimate, to size claims for slow processors
         self._last_checkpoint = -1e9
+        self._due = _NextDue()
 
     # -- public control -------------------------------------------------------------------------
     @property
@@ -260,6 +289,7 @@ class FeedWorker:
         )
         started = self.clock.monotonic()
         failures = 0
+        self._due = _NextDue()
         if self.wake_ups and not until_idle:
             # Not listening yet: the first rest listens, then returns at once for a catch-up look.
             self._wake = WakeUps(
@@ -309,9 +339,10 @@ class FeedWorker:
                     if idle_cycles >= 2:
                         break
                 if busy:
+                    self._due.stale = True  # something changed: what is due next may have too
                     continue
                 if wake is not None and self._inflight == 0:
-                    woken = self._rest(store, wake, waiting, next_renew)
+                    woken = self._rest(store, wake, next_renew, last_balance)
                 else:
                     self._idle_wait(self.poll_interval if not until_idle or waiting else 0.0)
         finally:
@@ -322,26 +353,43 @@ class FeedWorker:
                 if wake is not None:
                     wake.close()
 
-    def _rest(self, store: FeedStore, wake: WakeUps, waiting: bool, next_renew: float) -> bool:
+    def _rest(self, store: FeedStore, wake: WakeUps, next_renew: float, last_balance: float) -> bool:
         """Nothing to do and nothing in flight: rest on the listening connection until a
-        notification, the next renewal, the next retry due, or the fallback poll. True when
-        woken by a notification or a catch-up after (re)listening."""
-        timeout = min(self.fallback_poll, next_renew - self.clock.monotonic())
-        if waiting and self._held:
-            # Items are open at our gates but none was claimable: retries backing off, or claims
-            # of a worker that died. Nobody commits when those become due, so nobody notifies:
-            # ask the database when the first one is.
+        notification, the next renewal, the next work due, or the fallback poll. True when woken
+        by a notification, a catch-up after (re)listening, or the due time itself."""
+        now = self.clock.monotonic()
+        timeout = min(self.fallback_poll, next_renew - now)
+        # Work that becomes claimable with nobody committing — items at our gates backing off
+        # (retries, retry_in) or scheduled (not_before), claims of a worker that died, free
+        # partitions scheduled for later — comes with no notification: ask the database when the
+        # first of it is due. Not only when our gates are open (a scheduled partition is nobody's
+        # yet), but not before every rest either: the answer is kept until something changes
+        # (see _NextDue), so an idle worker's renewal rests cost no extra statement.
+        due = self._due
+        if due.needs_asking(now, frozenset(self._held), self.fallback_poll):
             try:
-                due = store.next_due(self.owner)
+                # A partition that came due since our last balance is one we have not seen yet.
+                seconds = store.next_due(self.owner, now - last_balance + DUE_SLACK)
+                due.answer(now, seconds, frozenset(self._held))
             except DatabaseError:
-                due = self.poll_interval  # the next cycle meets the trouble and reports it
-            if due is not None:
-                timeout = min(timeout, due + DUE_SLACK)
+                seconds = self.poll_interval  # the next cycle meets the trouble and reports it
+                due.stale = True
+            if seconds is not None:
+                timeout = min(timeout, seconds + DUE_SLACK)
+        elif due.at is not None:
+            timeout = min(timeout, due.at - now + DUE_SLACK)
         before = wake.notifications
         woken = wake.rest(max(timeout, MIN_REST))
         if wake.notifications != before:
             with self._lock:
                 self._stats.wakeups += wake.notifications - before
+        if not woken and due.at is not None and self.clock.monotonic() >= due.at:
+            # Woken by the due time itself: look at once, balancing included, as for a
+            # notification. Skipping the balance (it is throttled to one per poll_interval) would
+            # be a long sleep: a free partition that is due is no longer in next_due's answer.
+            woken = True
+        if woken:
+            due.stale = True  # new work, a catch-up, or the due time: what is next may have moved
         return woken
 
     def _idle_wait(self, seconds: float) -> None:
@@ -496,6 +544,7 @@ class FeedWorker:
             s.retried += kinds.count(OutcomeKind.RETRY)
             s.failed += kinds.count(OutcomeKind.FAILED)
             s.requeued += kinds.count(OutcomeKind.REQUEUE)
+            s.deferred += kinds.count(OutcomeKind.DEFERRED)
             s.lost += len(outcomes) - written
         if written < len(outcomes):
             log.info(

@@ -93,6 +93,10 @@ def test_non_retryable_errors_fail_at_once() -> None:
         ({"done": False}, "must give 'gate'"),
         ({"gate": 1, "done": True, "extra": 1}, "unknown field"),
         ({"done": True, "data": 3.5}, "item data must be"),
+        ({"retry_in": "soon"}, "'retry_in': expected a duration"),
+        ({"retry_in": -1}, "'retry_in': must not be negative"),
+        ({"retry_in": "5s", "gate": 3}, "cannot come with 'gate' or 'done'"),
+        ({"retry_in": "5s", "done": True}, "cannot come with 'gate' or 'done'"),
     ],
 )
 def test_malformed_answers_are_item_failures(answer: object, fragment: str) -> None:
@@ -110,6 +114,24 @@ def test_claims_that_never_reported_back_give_up() -> None:
 def test_requeue_gives_back_the_attempt() -> None:
     out = requeue_outcome(claimed(attempts=2))
     assert (out.kind, out.status, out.attempts, out.delay) == (OutcomeKind.REQUEUE, Status.AVAILABLE, 1, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("answer", "seconds"),
+    [({"retry_in": "30s"}, 30.0), ({"retry_in": 2.5}, 2.5), (ProcessorResult(retry_in=0.5), 0.5)],
+)
+def test_retry_in_defers_without_counting_an_attempt(answer: object, seconds: float) -> None:
+    # The claim counted attempt 3; the item goes back as it was before that claim (2), at its
+    # gate, after the delay — not a failure, however many times it is asked for.
+    out = run(lambda item: answer, claimed(attempts=3))
+    assert (out.kind, out.status, out.gate, out.attempts, out.delay, out.error) == (
+        OutcomeKind.DEFERRED, Status.AVAILABLE, 2, 2, seconds, None,
+    )  # fmt: skip
+
+
+def test_retry_in_may_carry_new_data() -> None:
+    out = run(lambda item: {"retry_in": "1m", "data": {"polls": 1}})
+    assert (out.kind, out.delay, out.data) == (OutcomeKind.DEFERRED, 60.0, b'{"polls":1}')
 
 
 def test_long_errors_are_cut() -> None:

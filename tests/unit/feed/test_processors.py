@@ -70,6 +70,16 @@ def test_request_body_and_base64_round_trip() -> None:
     ]
 
 
+def test_retry_in_answers() -> None:
+    with http(lambda request: httpx.Response(200, json={"retry_in": "30s"})) as proc:
+        assert proc(ITEM) == ProcessorResult(retry_in=30.0)
+    with (
+        http(lambda request: httpx.Response(200, json={"retry_in": "later"})) as proc,
+        pytest.raises(ProcessorError, match="'retry_in': expected a duration"),
+    ):
+        proc(ITEM)
+
+
 def test_text_encoding_and_json_data() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)

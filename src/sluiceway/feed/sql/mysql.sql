@@ -70,6 +70,10 @@ SELECT 1
 -- Declared in create_partitions.
 SELECT 1
 
+-- name: index_partitions_scheduled
+-- Not used here: only next_due (PostgreSQL wake-ups) looks for the next scheduled partition.
+SELECT 1
+
 -- name: index_partitions_status
 -- Declared in create_partitions.
 SELECT 1
@@ -86,12 +90,26 @@ SELECT 1
 -- Declared in create_items.
 SELECT 1
 
+-- name: scheduled_at
+-- not_before as one instant (see postgres.sql): `at` as a naive UTC DATETIME, or a delay.
+SELECT COALESCE(%(at)s, UTC_TIMESTAMP(6) + INTERVAL %(delay_us)s MICROSECOND)
+
 -- name: insert_partition
-INSERT INTO {partitions} (name, gate, attributes) VALUES (%(name)s, %(gate)s, %(attributes)s) RETURNING id
+-- Scheduled: free, with lease_until at not_before (see postgres.sql); else the epoch.
+INSERT INTO {partitions} (name, gate, attributes, lease_until)
+VALUES (%(name)s, %(gate)s, %(attributes)s, COALESCE(%(lease_until)s, '1970-01-01 00:00:00'))
+RETURNING id
 
 -- name: insert_items
 -- Run with executemany: PyMySQL folds it into multi-row INSERTs (one round trip per ~1 MB).
 INSERT INTO {items} (partition_id, gate, data) VALUES (%(partition_id)s, %(gate)s, %(data)s)
+
+-- name: insert_items_at
+-- Items with a not_before: it is their available_at (see postgres.sql), computed once by
+-- scheduled_at and bound here as a plain value — placeholders only, so PyMySQL still folds the
+-- executemany into multi-row INSERTs (an expression in VALUES would cost a round trip per row).
+INSERT INTO {items} (partition_id, gate, data, available_at)
+VALUES (%(partition_id)s, %(gate)s, %(data)s, %(available_at)s)
 
 -- name: lock_partition
 SELECT id, status, gate, version FROM {partitions} WHERE name = %(name)s FOR UPDATE
@@ -130,7 +148,9 @@ WHERE status = 'available' AND owner IS NOT NULL AND lease_until > UTC_TIMESTAMP
 GROUP BY owner
 
 -- name: census_available
-SELECT count(*) FROM {partitions} WHERE status = 'available'
+-- Partitions scheduled for later are not work yet (see postgres.sql).
+SELECT count(*) FROM {partitions}
+WHERE status = 'available' AND (owner IS NOT NULL OR lease_until <= UTC_TIMESTAMP(6))
 
 -- name: free_partitions
 SELECT id, version FROM {partitions}

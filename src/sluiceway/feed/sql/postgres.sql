@@ -71,6 +71,13 @@ CREATE INDEX IF NOT EXISTS {raw_partitions_free_idx} ON {partitions} (lease_unti
 -- lease_until in the key lets the claim check the lease inside the index.
 CREATE INDEX IF NOT EXISTS {raw_partitions_owner_idx} ON {partitions} (owner, lease_until) WHERE status = 'available'
 
+-- name: index_partitions_scheduled
+-- next_due: the first free partition scheduled for later, one probe past now(). Free partitions
+-- only (owner IS NULL), so the live leases of held partitions — which also lie ahead — are not
+-- stepped over; a take or a release moves a row in or out, a claim never touches it.
+CREATE INDEX IF NOT EXISTS {raw_partitions_scheduled_idx} ON {partitions} (lease_until)
+WHERE status = 'available' AND owner IS NULL
+
 -- name: index_partitions_status
 -- Keyset-paged listings by status.
 CREATE INDEX IF NOT EXISTS {raw_partitions_status_idx} ON {partitions} (status, id)
@@ -91,15 +98,32 @@ CREATE INDEX IF NOT EXISTS {raw_items_failed_idx} ON {items} (partition_id) WHER
 -- the claim, and with stale statistics the planner may pick it and step over finished rows.
 CREATE INDEX IF NOT EXISTS {raw_items_partition_idx} ON {items} (partition_id, id) WHERE status <> 'available'
 
+-- name: scheduled_at
+-- not_before as one instant, computed once per add so a partition and its items agree: an aware
+-- `at` as given, or `delay` seconds from the database's now (the clock every lease and backoff
+-- is compared with). Bound back into insert_partition / insert_items_at.
+SELECT COALESCE(%(at)s::timestamptz, now() + %(delay)s::float8 * interval '1 second')
+
 -- name: insert_partition
 -- A unique violation on name means the partition exists (the caller decides what that means).
-INSERT INTO {partitions} (name, gate, attributes) VALUES (%(name)s, %(gate)s, %(attributes)s::jsonb)
+-- Scheduled (not_before): the partition starts free with its lease_until at that instant, so the
+-- free-partition scan (lease_until <= now()) passes over it until then — no column of its own,
+-- nothing added to the scan. Unscheduled (NULL): the epoch, like any free partition.
+INSERT INTO {partitions} (name, gate, attributes, lease_until)
+VALUES (%(name)s, %(gate)s, %(attributes)s::jsonb, COALESCE(%(lease_until)s::timestamptz, '1970-01-01 00:00:00+00'))
 RETURNING id
 
 -- name: insert_items
 -- One statement per chunk of rows, whatever its size: arrays unnested server-side.
 INSERT INTO {items} (partition_id, gate, data)
 SELECT * FROM unnest(%(partition_ids)s::bigint[], %(gates)s::int[], %(datas)s::bytea[])
+
+-- name: insert_items_at
+-- Items with a not_before: available_at is the column retries and claims already use, so the
+-- claim skips them until then (same index, same condition) and status counts them as not ready.
+INSERT INTO {items} (partition_id, gate, data, available_at)
+SELECT t.partition_id, t.gate, t.data, %(available_at)s::timestamptz
+FROM unnest(%(partition_ids)s::bigint[], %(gates)s::int[], %(datas)s::bytea[]) AS t(partition_id, gate, data)
 
 -- name: lock_partition
 -- add_items: lock the partition row for the transaction so the gate check and the inserts are
@@ -162,7 +186,9 @@ WHERE status = 'available' AND owner IS NOT NULL AND lease_until > now()
 GROUP BY owner
 
 -- name: census_available
-SELECT count(*) FROM {partitions} WHERE status = 'available'
+-- Partitions scheduled for later (free, lease_until ahead) are not work yet: counting them would
+-- raise every worker's target for partitions nobody can take.
+SELECT count(*) FROM {partitions} WHERE status = 'available' AND (owner IS NOT NULL OR lease_until <= now())
 
 -- name: free_partitions
 -- One page of free or expired partitions (never an unbounded list). The version is read so
@@ -364,14 +390,23 @@ SELECT pg_notify(%(channel)s, %(event)s)
 LISTEN {raw_wake_channel}
 
 -- name: next_due
--- An idle worker with items still open at its gates (a retry backing off, a lapsed claim of a
--- worker that died) sleeps until the first of them is claimable: nothing commits when a backoff
--- runs out, so no notification can say so. Seconds from now by the database clock (skewed worker
--- clocks do not matter); NULL when nothing is open. The claim's join and conditions (our lease
--- too: an item the claim would not take must not count as due, or the worker would wake for
--- nothing until its renewal), over the open index; the rows it reads are only the open items at
--- our gates, none of them claimable right now.
-SELECT EXTRACT(EPOCH FROM min(c.available_at) - now())
-FROM {partitions} AS p
-JOIN {items} AS c ON c.partition_id = p.id AND c.gate = p.gate AND c.status = 'available'
-WHERE p.owner = %(owner)s AND p.status = 'available' AND p.lease_until > now()
+-- An idle worker sleeps until the first thing that becomes workable without anyone committing
+-- (so without a notification): an item open at its gates that is not claimable yet (a retry
+-- backing off, a retry_in, a not_before, a lapsed claim of a worker that died), or a free
+-- partition scheduled for later (not_before) — or one that came due since the worker last
+-- looked for free partitions (`since` seconds ago: it may have come due while the worker was busy,
+-- and it must not sleep past it; older ones it has seen, and leaves to others when at its target,
+-- so they cannot keep it awake). Seconds from now by the database clock (skewed worker clocks do
+-- not matter; negative: due already); NULL when there is none (LEAST ignores NULLs). The items
+-- part has the claim's join and conditions (our lease too: an item the claim would not take must
+-- not count as due, or the worker would wake for nothing until its renewal), over the open
+-- index; the partitions part is one probe of the scheduled index.
+SELECT EXTRACT(EPOCH FROM LEAST(
+  (SELECT min(c.available_at)
+   FROM {partitions} AS p
+   JOIN {items} AS c ON c.partition_id = p.id AND c.gate = p.gate AND c.status = 'available'
+   WHERE p.owner = %(owner)s AND p.status = 'available' AND p.lease_until > now()),
+  (SELECT min(s.lease_until) FROM {partitions} AS s
+   WHERE s.status = 'available' AND s.owner IS NULL
+     AND s.lease_until > now() - %(since)s::float8 * interval '1 second')
+) - now())

@@ -52,6 +52,10 @@ CREATE INDEX IF NOT EXISTS {raw_partitions_free_idx} ON {partitions} (lease_unti
 -- name: index_partitions_owner
 CREATE INDEX IF NOT EXISTS {raw_partitions_owner_idx} ON {partitions} (owner, lease_until) WHERE status = 'available'
 
+-- name: index_partitions_scheduled
+-- Not used here: only next_due (PostgreSQL wake-ups) looks for the next scheduled partition.
+SELECT 1
+
 -- name: index_partitions_status
 CREATE INDEX IF NOT EXISTS {raw_partitions_status_idx} ON {partitions} (status, id)
 
@@ -66,12 +70,23 @@ CREATE INDEX IF NOT EXISTS {raw_items_failed_idx} ON {items} (partition_id) WHER
 -- Finished items only, so it never competes with the open index for the claim (postgres.sql).
 CREATE INDEX IF NOT EXISTS {raw_items_partition_idx} ON {items} (partition_id, id) WHERE status <> 'available'
 
+-- name: scheduled_at
+-- not_before as one instant (see postgres.sql): `at` as ISO UTC text, or a delay modifier.
+SELECT COALESCE(:at, strftime('%Y-%m-%dT%H:%M:%f', 'now', :delay_mod))
+
 -- name: insert_partition
-INSERT INTO {partitions} (name, gate, attributes) VALUES (:name, :gate, :attributes) RETURNING id
+-- Scheduled: free, with lease_until at not_before (see postgres.sql); else the epoch.
+INSERT INTO {partitions} (name, gate, attributes, lease_until)
+VALUES (:name, :gate, :attributes, COALESCE(:lease_until, '1970-01-01T00:00:00.000'))
+RETURNING id
 
 -- name: insert_items
 -- Run with executemany inside the caller's transaction (in-process: no round trips to save).
 INSERT INTO {items} (partition_id, gate, data) VALUES (:partition_id, :gate, :data)
+
+-- name: insert_items_at
+-- Items with a not_before: it is their available_at (see postgres.sql).
+INSERT INTO {items} (partition_id, gate, data, available_at) VALUES (:partition_id, :gate, :data, :available_at)
 
 -- name: lock_partition
 -- The transaction began IMMEDIATE: it already holds the write lock, so this read is stable.
@@ -124,7 +139,9 @@ WHERE status = 'available' AND owner IS NOT NULL AND lease_until > strftime('%Y-
 GROUP BY owner
 
 -- name: census_available
-SELECT count(*) FROM {partitions} WHERE status = 'available'
+-- Partitions scheduled for later are not work yet (see postgres.sql).
+SELECT count(*) FROM {partitions}
+WHERE status = 'available' AND (owner IS NOT NULL OR lease_until <= strftime('%Y-%m-%dT%H:%M:%f', 'now'))
 
 -- name: free_partitions
 SELECT id, version FROM {partitions}
