@@ -14,7 +14,6 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -50,17 +49,6 @@ class Calls:
     def at(self, data: bytes) -> list[float]:
         with self.lock:
             return [t for d, _, t in self.calls if d == data]
-
-
-@pytest.fixture
-def prefix() -> str:
-    return f"s{uuid.uuid4().hex[:8]}_"
-
-
-@pytest.fixture
-def feed(any_dsn: str, prefix: str) -> Iterator[Feed]:
-    with Feed(any_dsn, prefix=prefix) as f:
-        yield f
 
 
 def listening(dsn: str, owner: str) -> bool:

@@ -30,11 +30,6 @@ QUICK = 10.0  # "well before the fallback"
 
 
 @pytest.fixture
-def prefix() -> str:
-    return f"w{uuid.uuid4().hex[:8]}_"
-
-
-@pytest.fixture
 def feed(postgres_dsn: str, prefix: str) -> Iterator[Feed]:
     with Feed(postgres_dsn, prefix=prefix) as f:
         yield f
