@@ -47,6 +47,11 @@ def entry_offset(entry_id: str | bytes) -> int:
     return ms << _SEQ_BITS | seq
 
 
+def offset_millis(offset: int) -> int:
+    """The milliseconds part of an :func:`entry_offset` (the entry's time)."""
+    return offset >> _SEQ_BITS
+
+
 def offset_entry(offset: int) -> str:
     """The inverse of :func:`entry_offset`."""
     return f"{offset >> _SEQ_BITS}-{offset & ((1 << _SEQ_BITS) - 1)}"

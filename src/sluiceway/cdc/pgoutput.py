@@ -151,7 +151,7 @@ def _tuple(data: bytes, pos: int) -> tuple[Values, int]:
         if kind == 0x74:  # 't': text
             (size,) = _I32.unpack_from(data, pos)
             pos += 4
-            if pos + size > len(data):
+            if size < 0 or pos + size > len(data):
                 raise DecodeError(f"a column value runs past the end of the message ({size} bytes)")
             append(data[pos : pos + size].decode())
             pos += size

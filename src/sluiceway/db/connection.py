@@ -138,12 +138,21 @@ def map_db_error(exc: BaseException, what: str) -> SluicewayError:
     return cls(f"{what}: {type(exc).__name__}: {text}", code=code, detail=detail)
 
 
-def open_raw(source: DataSource, *, connect_timeout: float = 5.0, read_only: bool = False) -> Any:
+def open_raw(
+    source: DataSource,
+    *,
+    connect_timeout: float = 5.0,
+    read_only: bool = False,
+    what: str = "",
+    **pg_options: Any,
+) -> Any:
     """Open a driver connection in autocommit mode.
 
     ``read_only``: for commands that only look. SQLite then opens the file with ``mode=ro``
     (a missing file is :class:`NoSuchDatabaseError`, not a new empty database) and leaves its
     journal mode alone; the server databases are only read by such commands' statements.
+    ``what``: the failure's wording (default "cannot connect to <dsn>"). ``pg_options``: more
+    libpq settings for a PostgreSQL connection (``application_name``, keepalives).
     """
     if read_only and source.dialect is Dialect.SQLITE and source.target != ":memory:":
         return _open_sqlite_read_only(source, connect_timeout)
@@ -152,7 +161,7 @@ def open_raw(source: DataSource, *, connect_timeout: float = 5.0, read_only: boo
             import psycopg
 
             return psycopg.connect(
-                source.target, autocommit=True, connect_timeout=max(1, int(connect_timeout))
+                source.target, autocommit=True, connect_timeout=max(1, int(connect_timeout)), **pg_options
             )
         if source.dialect is Dialect.SQLITE:
             conn = sqlite3.connect(
@@ -173,7 +182,7 @@ def open_raw(source: DataSource, *, connect_timeout: float = 5.0, read_only: boo
             **kwargs,
         )
     except _driver_errors() as exc:
-        raise connect_error(exc, f"cannot connect to {source.redacted()}") from exc
+        raise connect_error(exc, what or f"cannot connect to {source.redacted()}") from exc
 
 
 def connect_error(exc: BaseException, what: str) -> DatabaseError:

@@ -6,6 +6,7 @@ format into SQL text — and only after they pass :func:`check_identifier`.
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from sluiceway.db.dsn import Dialect
@@ -37,3 +38,22 @@ def quote_identifier(name: str, dialect: Dialect, *, what: str = "table") -> str
 def bare_name(name: str) -> str:
     """The last part of a possibly schema-qualified name, for naming indexes."""
     return check_identifier(name).split(".")[-1]
+
+
+#: The longest name PostgreSQL keeps (NAMEDATALEN - 1 bytes); it cuts longer ones silently.
+MAX_NAME_BYTES = 63
+
+
+def derived_name(name: str, *, fallback: str) -> str:
+    """A name we derive (a channel, a trigger, a function): ``name`` while it fits PostgreSQL's
+    63 bytes, else ``fallback`` plus a hash of ``name`` — never cut, so two long names cannot
+    become one.
+
+    >>> derived_name("feed_wakeup", fallback="sluiceway_feed_")
+    'feed_wakeup'
+    >>> len(derived_name("x" * 80, fallback="sluiceway_feed_"))
+    39
+    """
+    if len(name.encode("utf-8")) <= MAX_NAME_BYTES:
+        return name
+    return f"{fallback}{hashlib.sha256(name.encode('utf-8')).hexdigest()[:24]}"

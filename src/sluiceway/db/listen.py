@@ -31,7 +31,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sluiceway.db.connection import connect_error, map_db_error
+from sluiceway.db.connection import map_db_error, open_raw
 from sluiceway.db.dsn import DataSource, Dialect
 from sluiceway.errors import ConfigError, DatabaseUnavailableError
 
@@ -94,16 +94,13 @@ class Listener:
         self._drop()
         import psycopg
 
-        try:
-            conn = psycopg.connect(
-                self.source.target,
-                autocommit=True,
-                connect_timeout=max(1, int(self._connect_timeout)),
-                application_name=self.application_name,
-                **KEEPALIVE,
-            )
-        except psycopg.Error as exc:
-            raise connect_error(exc, f"cannot connect to {self.source.redacted()} to listen") from exc
+        conn = open_raw(
+            self.source,
+            connect_timeout=self._connect_timeout,
+            what=f"cannot connect to {self.source.redacted()} to listen",
+            application_name=self.application_name,
+            **KEEPALIVE,
+        )
         try:
             for sql in self.statements:
                 conn.execute(sql)

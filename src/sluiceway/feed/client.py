@@ -182,7 +182,6 @@ class Feed:
         # bulk insert across partitions.
         rows: dict[NotBefore | None, list[tuple[int, int, bytes]]] = {}
         instants: dict[NotBefore, object] = {}
-        created = False  # a partition created or appended to (not only skipped)
         with self.db.transaction():
             for name, gate, datas, attributes, not_before in prepared:
                 at = None
@@ -202,10 +201,9 @@ class Feed:
                     pid = self._open_for_items(name, current, gate)
                 ids.append(pid)
                 rows.setdefault(not_before, []).extend((pid, gate, d) for d in datas)
-                created = True
             for not_before, group in rows.items():
                 self.store.insert_items(group, None if not_before is None else instants[not_before])
-            if created:
+            if rows:  # a partition created or appended to (not only skipped)
                 # Delivered at commit (PostgreSQL): no worker wakes before the work is visible.
                 self.store.notify("add")
         return ids

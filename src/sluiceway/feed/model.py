@@ -38,7 +38,10 @@ def encode_data(value: object) -> bytes:
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     if isinstance(value, str):
-        return value.encode("utf-8")
+        try:
+            return value.encode("utf-8")
+        except UnicodeEncodeError as exc:  # "\ud800": a lone surrogate is no text
+            raise FeedError(f"item data is not text: {exc.reason} at character {exc.start}") from None
     if isinstance(value, Mapping | list | tuple):
         try:
             return json.dumps(value, separators=(",", ":"), sort_keys=False).encode("utf-8")
@@ -76,13 +79,15 @@ class NotBefore:
                     "(e.g. datetime.now(UTC) + …) or a timedelta"
                 )
             return cls(at=value)
-        if isinstance(value, timedelta):
-            value = value.total_seconds()
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+        seconds = value.total_seconds() if isinstance(value, timedelta) else value
+        try:
+            if isinstance(seconds, str):
+                raise ValueError("text")  # a duration string is for the CLI (--in), not the API
+            return cls(delay=duration_seconds(seconds))
+        except ValueError:
             raise FeedError(
                 f"not_before must be an aware datetime, a timedelta or seconds >= 0, not {value!r}"
-            )
-        return cls(delay=float(value))
+            ) from None
 
 
 @dataclass(frozen=True, slots=True)

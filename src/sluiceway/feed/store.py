@@ -7,7 +7,6 @@ A store (like a ``Database``) belongs to one thread.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -16,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sluiceway.db import Database, Dialect, QuerySet, check_identifier, quote_identifier
+from sluiceway.db.identifiers import derived_name
 from sluiceway.errors import ConfigError, InvariantViolation
 from sluiceway.feed.balance import Census
 from sluiceway.feed.core import Claimed, Decision, GateSummary, Outcome, OutcomeKind
@@ -46,10 +46,6 @@ def table_names(prefix: str) -> tuple[str, str]:
     return partitions, items
 
 
-#: Longest LISTEN/NOTIFY channel name PostgreSQL accepts (NAMEDATALEN - 1 bytes).
-MAX_CHANNEL = 63
-
-
 def wake_channel(prefix: str) -> str:
     """The LISTEN/NOTIFY channel of the feed whose tables are named from ``prefix``.
 
@@ -61,10 +57,7 @@ def wake_channel(prefix: str) -> str:
     ('feed_wakeup', 'ops.q_wakeup')
     """
     table_names(prefix)  # validated: letters, digits, underscores and at most one dot
-    channel = f"{prefix}wakeup"
-    if len(channel.encode("utf-8")) <= MAX_CHANNEL:
-        return channel
-    return f"sluiceway_feed_{hashlib.sha256(prefix.encode('utf-8')).hexdigest()[:24]}"
+    return derived_name(f"{prefix}wakeup", fallback="sluiceway_feed_")
 
 
 @dataclass(frozen=True, slots=True)

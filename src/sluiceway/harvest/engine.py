@@ -346,7 +346,6 @@ class Term:
         send_many: Callable[[list[MarkedRecord], Callable[[Delivery], None]], None] | None = getattr(
             publisher, "send_many", None
         )
-        sequence = self.limits.sequence_headers
         while True:
             batch = shard.take()
             if batch is None:
@@ -360,32 +359,33 @@ class Term:
                 self._outstanding += len(batch)
             if send_many is not None:
                 # The whole batch at once (no synchronous failures to fence on between records).
-                ready = [with_sequence_headers(r) if sequence else r for r in self._unfenced(batch)]
+                ready = list(self._outgoing(batch))
                 try:
                     send_many(ready, self._delivered)
                 except Exception as exc:  # refused before any was taken: each one failed
                     for item in ready:
                         self._delivered(_refused(item, exc))
                 continue
-            for item in self._unfenced(batch):
+            for item in self._outgoing(batch):
                 try:
-                    publisher.send(with_sequence_headers(item) if sequence else item, self._delivered)
+                    publisher.send(item, self._delivered)
                 except Exception as exc:  # a synchronous refusal is a failed delivery
                     self._delivered(_refused(item, exc))
 
-    def _unfenced(self, batch: list[MarkedRecord]) -> Iterator[MarkedRecord]:
-        """The batch's records whose key has not failed; the others are reported withheld.
+    def _outgoing(self, batch: list[MarkedRecord]) -> Iterator[MarkedRecord]:
+        """The batch's records as published (with sequence headers when on), those whose key has
+        not failed; the others are reported withheld.
 
         An earlier record of a fenced key failed (reported on this thread a moment ago, or on the
         publisher's): sending a later one could put it on the broker ahead of the failed record's
         re-send. It goes back with the failed one's window. Checked record by record, as they go.
         """
-        fenced = self.dispatcher.fenced_keys
+        fenced, sequence = self.dispatcher.fenced_keys, self.limits.sequence_headers
         for item in batch:
             if item.key in fenced:
                 self._delivered(Delivery(item, error=WITHHELD))
             else:
-                yield item
+                yield with_sequence_headers(item) if sequence else item
 
     def _delivered(self, delivery: Delivery) -> None:
         if delivery.error is not None:

@@ -352,41 +352,37 @@ def iter_records(buf: bytes, batch: ParsedBatch, lo: int, hi: int) -> Iterator[R
     batch checksum matched, short of a writer bug, so they fail loudly rather than skip).
     """
     try:
-        yield from _iter_records(buf, batch, lo, hi)
+        if batch.kind == KIND_BATCH:
+            yield from _iter_batch_records(buf, batch, lo, hi)
+            return
+        unpack = REC_HEADER.unpack_from
+        pos = batch.records_pos
+        prev = batch.first - 1
+        end = batch.end
+        for flen in batch.lens(buf).tolist():
+            _l, _c, offset, ts, kind, flags, nsl, kl, vl, hl = unpack(buf, pos)
+            if kind != KIND_RECORD or _l != flen or pad8(REC_HEADER_SIZE + nsl + kl + vl + hl) != flen:
+                raise RecordProblem(pos, offset, "malformed record frame")
+            if offset <= prev or offset >= end:
+                raise RecordProblem(pos, offset, "record offset out of sequence")
+            prev = offset
+            if offset >= hi:
+                return
+            if offset >= lo:
+                p = pos + REC_HEADER_SIZE
+                ns = buf[p : p + nsl].decode() if nsl else ""
+                p += nsl
+                key = buf[p : p + kl].decode()
+                p += kl
+                value = None if flags & FLAG_NULL_VALUE else buf[p : p + vl]
+                p += vl
+                headers = decode_pairs(buf, p, hl) if hl else []
+                yield Record(offset, ns, key, value, headers, ts)
+            pos += flen
     except ValueError as exc:
         # Text that is not UTF-8 (UnicodeDecodeError) or a malformed header block: the record
-        # checks above cover lengths and offsets, not what the fields hold.
+        # checks cover lengths and offsets, not what the fields hold.
         raise RecordProblem(batch.pos, None, f"malformed record: {exc}") from None
-
-
-def _iter_records(buf: bytes, batch: ParsedBatch, lo: int, hi: int) -> Iterator[Record]:
-    if batch.kind == KIND_BATCH:
-        yield from _iter_batch_records(buf, batch, lo, hi)
-        return
-    unpack = REC_HEADER.unpack_from
-    pos = batch.records_pos
-    prev = batch.first - 1
-    end = batch.end
-    for flen in batch.lens(buf).tolist():
-        _l, _c, offset, ts, kind, flags, nsl, kl, vl, hl = unpack(buf, pos)
-        if kind != KIND_RECORD or _l != flen or pad8(REC_HEADER_SIZE + nsl + kl + vl + hl) != flen:
-            raise RecordProblem(pos, offset, "malformed record frame")
-        if offset <= prev or offset >= end:
-            raise RecordProblem(pos, offset, "record offset out of sequence")
-        prev = offset
-        if offset >= hi:
-            return
-        if offset >= lo:
-            p = pos + REC_HEADER_SIZE
-            ns = buf[p : p + nsl].decode() if nsl else ""
-            p += nsl
-            key = buf[p : p + kl].decode()
-            p += kl
-            value = None if flags & FLAG_NULL_VALUE else buf[p : p + vl]
-            p += vl
-            headers = decode_pairs(buf, p, hl) if hl else []
-            yield Record(offset, ns, key, value, headers, ts)
-        pos += flen
 
 
 def locate_damage(buf: bytes, batch: ParsedBatch) -> tuple[int, int | None, str]:

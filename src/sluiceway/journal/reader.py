@@ -219,8 +219,6 @@ class Reader:
                 reader = SegmentReader(path, base)
             except FileNotFoundError:
                 continue  # removed by retention between listing and opening
-            except ValueError as exc:
-                raise CorruptRecordError(path, 0, None, str(exc)) from None
             pos = self._index.lookup(base, reader.ino, offset)
             if pos is not None:
                 reader.pos = pos
@@ -244,8 +242,6 @@ class Reader:
             raise JournalError(
                 f"journal {self.path}: segment {segment_name(view.segment)} is missing"
             ) from None
-        except ValueError as exc:
-            raise CorruptRecordError(path, 0, None, str(exc)) from None
         try:
             cached = self._reg_cache
             if (

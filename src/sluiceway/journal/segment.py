@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from sluiceway.journal.errors import CorruptRecordError
 from sluiceway.journal.format import (
     SegmentHeader,
     decode_segment_header,
@@ -141,6 +142,9 @@ class SegmentReader:
         try:
             self.header = read_header(self.fd)
             st = os.fstat(self.fd)
+        except ValueError as exc:  # a damaged segment header: every reader reports it alike
+            os.close(self.fd)
+            raise CorruptRecordError(path, 0, None, str(exc)) from None
         except BaseException:
             os.close(self.fd)
             raise

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sluiceway.db import Database, Dialect, QuerySet
-from sluiceway.db.identifiers import bare_name, check_identifier
+from sluiceway.db.identifiers import bare_name, check_identifier, derived_name
 from sluiceway.errors import ConfigError
 from sluiceway.outbox.record import MarkedRecord
 
@@ -51,21 +51,18 @@ class OutboxLayout:
     @property
     def notify_channel(self) -> str:
         """The channel the notify trigger wakes: one per outbox table (schema included)."""
-        return _short(f"sluice_outbox_{self.table.replace('.', '_')}")
+        return derived_name(f"sluice_outbox_{self.table.replace('.', '_')}", fallback="sluice_outbox_")
 
     @property
     def notify_trigger(self) -> str:
-        return _short(f"{bare_name(self.table)}_sluice_notify")
+        return derived_name(f"{bare_name(self.table)}_sluice_notify", fallback="sluice_notify_")
 
     @property
     def notify_function(self) -> str:
         schema, _, name = self.table.rpartition(".")
-        return (f"{schema}." if schema else "") + _short(f"sluice_notify_{name}")
-
-
-def _short(name: str) -> str:
-    """PostgreSQL keeps 63 bytes of a name: derived names are cut there, never silently by it."""
-    return name[:63]
+        return (f"{schema}." if schema else "") + derived_name(
+            f"sluice_notify_{name}", fallback="sluice_notify_"
+        )
 
 
 def queries(dialect: Dialect, layout: OutboxLayout) -> QuerySet:

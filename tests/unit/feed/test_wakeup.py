@@ -8,7 +8,8 @@ import pytest
 from sluiceway.db import Dialect, Listener, load_queries, parse_dsn
 from sluiceway.errors import ConfigError
 from sluiceway.feed import FeedError, FeedWorker
-from sluiceway.feed.store import MAX_CHANNEL, FeedStore, wake_channel
+from sluiceway.db.identifiers import MAX_NAME_BYTES as MAX_CHANNEL
+from sluiceway.feed.store import FeedStore, wake_channel
 
 PG = "postgresql://app@127.0.0.1:5432/app"
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sluiceway.brokers.redis import entry_offset, from_fields, map_error, raw_stream_replies
+from sluiceway.brokers.redis import entry_offset, from_fields, map_error, offset_millis, raw_stream_replies
 from sluiceway.pipeline.errors import SourceError, SourceOptionError
 from sluiceway.pipeline.sources.common import (
     RecordSource,
@@ -108,11 +108,10 @@ def entry_row(stream: str, raw_id: bytes | str, fields: Sequence[bytes]) -> dict
     milliseconds. An id too large for an offset (given to ``XADD`` explicitly; Redis allows up
     to 2^64 - 1) is a :class:`SourceError`: the entry cannot be read in order with the others."""
     try:
-        entry_id = _text(raw_id)
-        offset = entry_offset(entry_id)
-    except ValueError as exc:
+        offset = entry_offset(raw_id)
+    except ValueError as exc:  # UnicodeDecodeError too
         raise SourceError(f"{NAME}: stream {stream!r}: entry id {raw_id!r}: {exc}") from None
-    stamp = datetime.fromtimestamp(id_order(entry_id)[0] / 1000, UTC)
+    stamp = datetime.fromtimestamp(offset_millis(offset) / 1000, UTC)
     return message_row(offset, stream, from_fields(fields), stamp)
 
 
