@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from sluiceway.db import Dialect, Listener, load_queries, parse_dsn
+from sluiceway.db.identifiers import MAX_NAME_BYTES as MAX_CHANNEL
 from sluiceway.errors import ConfigError
 from sluiceway.feed import FeedError, FeedWorker
-from sluiceway.db.identifiers import MAX_NAME_BYTES as MAX_CHANNEL
 from sluiceway.feed.store import FeedStore, wake_channel
 
 PG = "postgresql://app@127.0.0.1:5432/app"
