@@ -33,6 +33,7 @@ def _register_optional() -> None:
 
     for module, name in (
         ("sluiceway.cli.reap", None),
+        ("sluiceway.cli.capture", None),
         ("sluiceway.cli.journal", "journal"),
         ("sluiceway.cli.pipeline", "pipeline"),
         ("sluiceway.cli.feed", "feed"),

@@ -1,0 +1,191 @@
+"""``capture.yaml``: which tables to capture, and where their changes go.
+
+One file per capture (one replication slot)::
+
+    capture:
+      name: shop-cdc
+      dsn: postgresql://app@db/shop
+      tables: [public.orders, public.lines]      # or one regular expression over schema.table
+      slot: shop_cdc
+      publication: shop_cdc
+      topic: "cdc.{schema}.{table}"              # or one name for every table
+      kafka: {bootstrap.servers: "kafka:9092"}   # or target: {type: nats | rabbitmq | redis, …}
+                                                 # or journal: {path: ./journal}
+
+Parsing is strict, as everywhere in sluiceway: an unknown key is an error naming it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from sluiceway.config.brokers import BrokerTarget
+from sluiceway.config.loader import load_file, validate
+from sluiceway.config.types import DataSourceString, Duration, StrictModel
+from sluiceway.harvest.config import GAPLESS_PRODUCER, Logging
+
+_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+#: What a topic template may name.
+_FIELDS = {"schema", "table", "namespace"}
+
+
+def _pg_name(value: str, what: str) -> str:
+    if not _NAME.match(value):
+        raise ValueError(
+            f"{what}: use lower-case letters, digits and '_' (at most 63), starting with a letter"
+        )
+    return value
+
+
+class JournalDestination(StrictModel):
+    """Publish into a local journal (each change's topic is its namespace there)."""
+
+    path: str
+    fsync: bool = True
+    segment_bytes: int = Field(64 << 20, alias="segmentBytes", ge=1 << 16)
+
+
+class CaptureElection(StrictModel):
+    """``database`` (default): a lease row in the captured database. ``kafka``: goharvest's NELI
+    (a consumer group on a leader topic), for Kafka destinations."""
+
+    kind: Literal["database", "kafka"] = "database"
+    #: The lease's name (database) or the group id (kafka). Default: ``capture.<slot>``.
+    name: str | None = None
+    lease_timeout: Duration = Field(5.0, alias="leaseTimeout", gt=0)
+
+
+class CaptureSection(StrictModel):
+    name: str = "sluiceway-capture"
+    dsn: DataSourceString
+    tables: list[str] | str
+    slot: str
+    publication: str
+    #: ``initial``: copy every table first (DBLog chunks, resumable); ``never``: changes only.
+    snapshot: Literal["initial", "never"] = "initial"
+    chunk_size: int = Field(10_000, alias="chunkSize", ge=1, le=1_000_000)
+    #: Where the copy keeps its progress and chunk files. Processes that may lead in turn should
+    #: share it (a standby with a directory of its own copies what is left again, from the start).
+    state_dir: str | None = Field(None, alias="stateDir")
+    #: Topic (Kafka), subject (NATS), routing key (RabbitMQ) or stream (Redis) per change:
+    #: a template over ``{schema}``, ``{table}`` and ``{namespace}`` (``schema.table``).
+    topic: str = "cdc.{schema}.{table}"
+    #: After each delete, a record with the key and no value (for compacted Kafka topics).
+    tombstones: bool = False
+    kafka: dict[str, Any] | None = None
+    target: BrokerTarget | None = None
+    journal: JournalDestination | None = None
+    election: CaptureElection = Field(default_factory=CaptureElection)
+    #: How long a batch of changes may wait for the destination's acknowledgements before the
+    #: capture gives up on this connection, reconnects and sends again from the confirmed position.
+    delivery_timeout: Duration = Field(60.0, alias="deliveryTimeout", gt=0)
+    #: Backoff between attempts while the database or the destination is away.
+    retry_backoff: Duration = Field(1.0, alias="retryBackoff", gt=0)
+    metrics_addr: str | None = Field(None, alias="metricsAddr")
+
+    @field_validator("slot")
+    @classmethod
+    def _slot(cls, value: str) -> str:
+        return _pg_name(value, "slot")
+
+    @field_validator("publication")
+    @classmethod
+    def _publication(cls, value: str) -> str:
+        return _pg_name(value, "publication")
+
+    @field_validator("tables")
+    @classmethod
+    def _tables(cls, value: list[str] | str) -> list[str] | str:
+        if isinstance(value, str):
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from None
+        elif not value:
+            raise ValueError("list at least one table (or give a regular expression)")
+        return value
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, value: str) -> str:
+        names = set(re.findall(r"{([^{}]*)}", value))
+        unknown = names - _FIELDS
+        if unknown:
+            raise ValueError(
+                f"the topic template names {', '.join(sorted(unknown))}; it may use {{schema}}, "
+                "{table} and {namespace}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one_destination(self) -> CaptureSection:
+        given = [n for n in ("kafka", "target", "journal") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one destination: kafka: {bootstrap.servers: …}, target: {type: nats | "
+                "rabbitmq | redis, …} or journal: {path: …} "
+                f"(got {', '.join(given) or 'none'})"
+            )
+        if self.kafka is not None and not self.kafka.get("bootstrap.servers"):
+            raise ValueError("kafka: needs bootstrap.servers")
+        if self.election.kind == "kafka" and self.kafka is None:
+            raise ValueError("election.kind 'kafka' needs a kafka: destination")
+        return self
+
+    # -- derived ----------------------------------------------------------------------------
+    @property
+    def table_list(self) -> tuple[str, ...] | str:
+        return self.tables if isinstance(self.tables, str) else tuple(self.tables)
+
+    @property
+    def destination(self) -> str:
+        if self.target is not None:
+            return self.target.type
+        return "kafka" if self.kafka is not None else "journal"
+
+    def describe_destination(self) -> str:
+        """One line, passwords masked: ``kafka 127.0.0.1:9092``, ``nats nats://…``, ``journal ./j``."""
+        if self.target is not None:
+            return self.target.describe()
+        if self.journal is not None:
+            return f"journal {self.journal.path}"
+        assert self.kafka is not None
+        return f"kafka {self.kafka.get('bootstrap.servers', '')}"
+
+    @property
+    def producer_config(self) -> dict[str, Any]:
+        """Kafka producer settings: idempotent and gapless (a failed change is never followed on
+        the broker by a later change of its partition), a short linger; the user's settings win."""
+        return {"linger.ms": 2, **GAPLESS_PRODUCER, **(self.kafka or {})}
+
+    @property
+    def election_name(self) -> str:
+        return self.election.name or f"capture.{self.slot}"
+
+    @property
+    def state_path(self) -> str:
+        return self.state_dir or f"./.sluice/capture/{self.slot}"
+
+
+class CaptureConfig(StrictModel):
+    """The whole file: a ``capture:`` section and an optional ``logging:`` one.
+
+    >>> CaptureConfig.from_dict({"capture": {"dsn": "postgresql://localhost/app", "tables": ["public.t"],
+    ...     "slot": "s", "publication": "p", "journal": {"path": "./j"}}}).capture.destination
+    'journal'
+    """
+
+    capture: CaptureSection
+    logging: Logging = Field(default_factory=Logging)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> CaptureConfig:
+        return load_file(cls, path)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CaptureConfig:
+        return validate(cls, data)

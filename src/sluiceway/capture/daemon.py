@@ -1,0 +1,326 @@
+"""``Capture(config)``: stream one replication slot to a broker while this process is the leader.
+
+Parts, all of them already sluiceway's: the leader election of the harvester (a database lease
+by default, NELI with Kafka), the CDC capture engine (:class:`sluiceway.cdc.capture.Capture`:
+the slot read once, transactions assembled in commit order, the DBLog copy), and the
+harvester's publishers (Kafka, NATS JetStream, RabbitMQ, Redis Streams, the journal) behind a
+:class:`~sluiceway.capture.target.PublishTarget`.
+
+A *term* is one leadership: a fresh destination client, a fresh replication connection from the
+slot's confirmed position, until leadership ends or something fails. A lost database or broker
+connection ends the term; the next one (after a backoff, one warning per outage) sends again
+from the confirmed position. Anything the capture cannot get past by waiting — a server without
+``wal_level=logical``, a change the destination can never accept — stops the capture with one
+line. The slot's ``active_pid`` check stays as a second guard against two readers: a new leader
+waits for its predecessor's walsender to go.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sluiceway.capture.config import CaptureConfig
+from sluiceway.capture.mapping import TopicMap
+from sluiceway.capture.metrics import CaptureMeter
+from sluiceway.capture.target import DeliveryFailed, PositionFile, PublishTarget
+from sluiceway.cdc.capture import Capture as SlotCapture
+from sluiceway.cdc.capture import CaptureOptions
+from sluiceway.cdc.errors import CdcError, SlotInUseError, StreamInterrupted
+from sluiceway.cdc.pgoutput import format_lsn
+from sluiceway.cdc.postgres import CdcSession
+from sluiceway.db.dsn import parse_dsn
+from sluiceway.election.protocol import LeaderElection
+from sluiceway.errors import DatabaseError, DatabaseUnavailableError, PublishError, SluicewayError
+from sluiceway.harvest.ports import Publisher
+
+log = logging.getLogger("sluiceway.capture")
+
+#: Failures a term waits out: the next term starts afresh from the confirmed position.
+TRANSIENT = (StreamInterrupted, DatabaseUnavailableError, DeliveryFailed, SlotInUseError)
+
+
+class Capture:
+    """Captures while elected. ``check()``, ``start()``, ``wait()``, ``stop()`` (or a ``with``).
+
+    >>> with Capture("capture.yaml") as capture:      # doctest: +SKIP
+    ...     capture.wait(timeout=60)
+    """
+
+    def __init__(
+        self,
+        config: CaptureConfig | dict[str, Any] | str | Path,
+        *,
+        election: LeaderElection | None = None,
+        publisher_factory: Callable[[int], Publisher] | None = None,
+    ) -> None:
+        if isinstance(config, dict):
+            config = CaptureConfig.from_dict(config)
+        elif isinstance(config, str | Path):
+            config = CaptureConfig.from_file(config)
+        self.config = config
+        c = config.capture
+        self.name = c.name
+        self.options = CaptureOptions(
+            dsn=c.dsn,
+            tables=c.table_list,
+            slot=c.slot,
+            publication=c.publication,
+            state_dir=c.state_path,
+            snapshot=c.snapshot,
+            chunk_size=c.chunk_size,
+        )
+        self.topics = TopicMap(c.topic)
+        self.meter = CaptureMeter(c.name, c.destination)
+        self.election = election or self._default_election()
+        self._publisher_factory = publisher_factory or self._default_publisher_factory()
+        self._stopping = threading.Event()
+        self._leadership = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._slot: SlotCapture | None = None
+        #: Terms begun (a test and ``status`` read it).
+        self.terms = 0
+
+    # -- public API ----------------------------------------------------------------------------
+    def check(self) -> None:
+        """What the capture needs, before it campaigns: the server's settings and the role's
+        privileges, the tables, and the destination (a NATS, RabbitMQ or Redis connection and its
+        stream or exchange). Raises a :class:`~sluiceway.errors.SluicewayError` naming the problem."""
+        session = CdcSession(self.options.dsn)
+        try:
+            session.check_server()
+            session.resolve_tables(self.options.tables)
+        finally:
+            session.close()
+        target = self.config.capture.target
+        if target is not None:
+            from sluiceway.brokers import check_broker
+
+            check_broker(target)
+
+    def start(self) -> Capture:
+        if self._thread is not None:
+            raise SluicewayError("capture already started")
+        addr = self.config.capture.metrics_addr
+        if addr:
+            host, port = self.meter.serve(addr)
+            log.info("metrics on http://%s:%d/metrics", host, port)
+        self.election.start(_Listener(self))
+        self._thread = threading.Thread(target=self._run, name=f"sluice-capture-{self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop capturing (what is in flight is sent again by the next leader), release leadership."""
+        self._stopping.set()
+        self._wake()
+        slot = self._slot
+        if slot is not None:
+            slot.stop()
+        if self._thread is not None:
+            self._thread.join(60)
+        self.election.stop()
+        self.meter.close()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the capture ends; False on timeout; re-raises what stopped it."""
+        if self._thread is None:
+            raise SluicewayError("capture not started")
+        self._thread.join(timeout)
+        if self._error is not None:
+            raise self._error
+        return not self._thread.is_alive()
+
+    @property
+    def is_leader(self) -> bool:
+        return self.election.is_leader()
+
+    @property
+    def position(self) -> int:
+        """The position last confirmed to PostgreSQL by this process (0 before its first term)."""
+        return self.meter.confirmed
+
+    def __enter__(self) -> Capture:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- terms -----------------------------------------------------------------------------------
+    def _wake(self) -> None:
+        with self._leadership:
+            self._leadership.notify_all()
+
+    def _leading(self) -> bool:
+        return not self._stopping.is_set() and self.election.is_leader()
+
+    def _run(self) -> None:
+        outage: str | None = None
+        try:
+            while not self._stopping.is_set():
+                with self._leadership:
+                    self._leadership.wait_for(
+                        lambda: self._stopping.is_set() or self.election.is_leader(), 0.2
+                    )
+                if not self._leading():
+                    continue
+                try:
+                    self._term(recovering=outage is not None)
+                    outage = None
+                except TRANSIENT as exc:
+                    text = " ".join(str(exc).split())
+                    kind = type(exc).__name__
+                    if outage != kind:  # one line per outage, not one per attempt
+                        log.warning("capture: %s; trying again from the confirmed position", text)
+                        outage = kind
+                    self._stopping.wait(self.config.capture.retry_backoff)
+        except BaseException as exc:
+            self._error = exc
+            log.error("capture stopped: %s", " ".join(str(exc).split()))
+        finally:
+            self.meter.leader(False)
+
+    def _term(self, *, recovering: bool) -> None:
+        epoch = int(getattr(self.election, "epoch", 0))
+        self.terms += 1
+        c = self.config.capture
+        try:
+            publisher = self._publisher_factory(epoch)
+        except PublishError as exc:
+            raise DeliveryFailed(f"cannot open the destination: {exc}") from exc
+        target = PublishTarget(
+            publisher,
+            self.topics,
+            leader=f"{self.name}:{epoch}",
+            tombstones=c.tombstones,
+            timeout=c.delivery_timeout,
+            may_continue=self._leading,
+            meter=self.meter,
+            position_file=PositionFile(Path(c.state_path) / "published.lsn"),
+        )
+        slot = SlotCapture(self.options, target)
+        self._slot = slot
+        try:
+            try:
+                slot.prepare()
+                slot.start()
+            except DatabaseError as exc:
+                raise DatabaseUnavailableError(str(exc)) from exc
+            self.meter.leader(True)
+            log.info(
+                "capture %s %s: slot %s from %s to %s",
+                self.name,
+                "resumed" if recovering else "leading",
+                c.slot,
+                format_lsn(slot.position),
+                c.describe_destination(),
+            )
+            slot.run(until=self._until(slot))
+        finally:
+            self._slot = None
+            self.meter.leader(False)
+            slot.close()
+            target.close()
+
+    def _until(self, slot: SlotCapture) -> Callable[[], bool]:
+        """The capture's stop test, called between appends; also where the meter reads positions."""
+        read_at = [0.0]
+
+        def until() -> bool:
+            now = time.monotonic()
+            if now - read_at[0] >= 1.0:
+                read_at[0] = now
+                stream = slot._stream
+                self.meter.position(slot.position, stream.wal_end if stream is not None else 0)
+            return not self._leading()
+
+        return until
+
+    # -- defaults from configuration ---------------------------------------------------------
+    def _default_election(self) -> LeaderElection:
+        c = self.config.capture
+        if c.election.kind == "kafka":
+            from sluiceway.election.neli import KafkaElection
+
+            assert c.kafka is not None
+            return KafkaElection(
+                dict(c.kafka),
+                f"{c.election_name}-leader",
+                c.election_name,
+                heartbeat_timeout=c.election.lease_timeout,
+            )
+        from sluiceway.election.lease import DatabaseLease
+
+        return DatabaseLease(c.dsn, c.election_name, ttl=c.election.lease_timeout)
+
+    def _default_publisher_factory(self) -> Callable[[int], Publisher]:
+        c = self.config.capture
+        if c.target is not None:
+            from sluiceway.harvest.brokers import BrokerPublisher
+
+            target = c.target
+            prefix = target.msg_id_prefix or _msg_id_prefix(c.dsn, c.slot)
+            return lambda epoch: BrokerPublisher(target, prefix=prefix, may_send=self._leading)
+        if c.journal is not None:
+            journal = c.journal
+
+            def open_journal(epoch: int) -> Publisher:
+                from sluiceway.harvest.journal_target import JournalPublisher
+
+                return JournalPublisher(
+                    journal.path,
+                    epoch=epoch,
+                    register=f"sluiceway.capture.{c.slot}.epoch",
+                    segment_bytes=journal.segment_bytes,
+                    fsync=journal.fsync,
+                )
+
+            return open_journal
+        from sluiceway.harvest.kafka import KafkaPublisher
+
+        config = c.producer_config
+
+        def open_kafka(epoch: int) -> Publisher:
+            publisher = KafkaPublisher(config)
+            publisher.wait_ready()
+            return publisher
+
+        return open_kafka
+
+
+def _msg_id_prefix(dsn: str, slot: str) -> str:
+    """Message ids ``<prefix><sluice-id>``: the prefix names the database and slot (password left
+    out), so captures that share a stream never share ids."""
+    where = parse_dsn(dsn).redacted()
+    return f"{hashlib.sha1(f'{where}|slot {slot}'.encode()).hexdigest()[:10]}:"
+
+
+class _Listener:
+    def __init__(self, capture: Capture) -> None:
+        self.c = capture
+
+    def leader_acquired(self, epoch: int) -> None:
+        self.c._wake()
+
+    def leader_revoked(self) -> None:
+        log.info("capture %s: leadership revoked", self.c.name)
+        self._end()
+
+    def leader_fenced(self) -> None:
+        log.warning("capture %s: leadership lost (fenced): stopping this term", self.c.name)
+        self._end()
+
+    def _end(self) -> None:
+        slot = self.c._slot
+        if slot is not None:
+            slot.stop()
+        self.c._wake()
+
+
+__all__ = ["Capture", "CdcError"]
