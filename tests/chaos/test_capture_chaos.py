@@ -36,7 +36,7 @@ class Processes:
 
     def __init__(self, spec: Path, logs: Path) -> None:
         self.spec, self.logs = spec, logs
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.procs: list[tuple[int, subprocess.Popen[bytes]]] = []
         self.started = 0
 
     def start(self) -> None:
@@ -49,7 +49,7 @@ class Processes:
                  "--metrics-addr", f"127.0.0.1:{port}"],
                 stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )  # fmt: skip
-        self.procs[port] = proc
+        self.procs.append((port, proc))
 
         def up() -> bool:  # past its start-up checks: serving metrics
             assert proc.poll() is None, f"capture{self.started} exited: see its log"
@@ -62,7 +62,7 @@ class Processes:
 
     def leader(self) -> int | None:
         leaders = []
-        for port, proc in self.procs.items():
+        for port, proc in self.procs:
             if proc.poll() is not None:
                 continue
             try:
@@ -76,21 +76,22 @@ class Processes:
 
     def kill_leader(self) -> None:
         port = wait_until(self.leader, timeout=60, message="a leader")
-        os.killpg(self.procs[port].pid, signal.SIGKILL)
-        self.procs.pop(port).wait(10)
+        proc = next(p for at, p in self.procs if at == port and p.poll() is None)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
 
     def stop(self) -> None:
-        for proc in self.procs.values():
+        for _, proc in self.procs:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs.values():
+        for _, proc in self.procs:
             try:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
 
     def alive(self) -> list[int]:
-        return [p.pid for p in self.procs.values() if p.poll() is None]
+        return [p.pid for _, p in self.procs if p.poll() is None]
 
 
 def run_chaos(

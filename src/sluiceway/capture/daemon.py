@@ -143,8 +143,10 @@ class Capture:
 
     @property
     def position(self) -> int:
-        """The position last confirmed to PostgreSQL by this process (0 before its first term)."""
-        return self.meter.confirmed
+        """Where this process's capture stands: every change before it is acknowledged by the
+        destination and confirmed to PostgreSQL (0 before its first term)."""
+        slot = self._slot
+        return slot.durable if slot is not None else self.meter.confirmed
 
     def __enter__(self) -> Capture:
         return self.start()
@@ -205,6 +207,7 @@ class Capture:
             position_file=PositionFile(Path(c.state_path) / "published.lsn"),
         )
         slot = SlotCapture(self.options, target)
+        target.on_durable = slot.durable_at
         self._slot = slot
         try:
             try:
@@ -221,14 +224,14 @@ class Capture:
                 format_lsn(slot.position),
                 c.describe_destination(),
             )
-            slot.run(until=self._until(slot))
+            slot.run(until=self._until(slot, target))
         finally:
             self._slot = None
             self.meter.leader(False)
             slot.close()
             target.close()
 
-    def _until(self, slot: SlotCapture) -> Callable[[], bool]:
+    def _until(self, slot: SlotCapture, target: PublishTarget) -> Callable[[], bool]:
         """The capture's stop test, called between appends; also where the meter reads positions."""
         read_at = [0.0]
 
@@ -237,7 +240,8 @@ class Capture:
             if now - read_at[0] >= 1.0:
                 read_at[0] = now
                 stream = slot._stream
-                self.meter.position(slot.position, stream.wal_end if stream is not None else 0)
+                self.meter.position(slot.durable, stream.wal_end if stream is not None else 0)
+            target.check()  # a failed delivery ends the term even while no change arrives
             return not self._leading()
 
         return until

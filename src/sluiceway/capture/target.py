@@ -1,11 +1,12 @@
-"""The capture's target when changes go to a broker: publish each append, return once acknowledged.
+"""The capture's target when changes go to a broker: appends pipelined, confirmed once acknowledged.
 
-:class:`~sluiceway.cdc.capture.Capture` confirms to PostgreSQL the position of an append only
-after :meth:`PublishTarget.append` returns, and it returns only when the destination has
-acknowledged every change of the append. So the flush position the server holds is always the
-end of a transaction whose every change the broker acknowledged; WAL after it stays on the
-server. A new term resumes from there and sends the unacknowledged tail again, at least once, in
-order per key.
+:class:`~sluiceway.cdc.capture.Capture` confirms to PostgreSQL only the *durable* position this
+target reports: the end of the last append that the destination acknowledged whole, with every
+append before it. So the flush position the server holds is always the end of a transaction
+whose every change the broker acknowledged; WAL after it stays on the server. Appends do not
+wait for each other's acknowledgements (up to ``max_in_flight`` changes), so the round trips
+overlap. A new term resumes from the durable position and sends the unacknowledged tail again,
+at least once, in order per key.
 
 "There" is the later of the slot's ``confirmed_flush_lsn`` and the target's own record of what
 it published (:class:`PositionFile`, in the state directory beside the copy's progress).
@@ -26,6 +27,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -49,9 +51,30 @@ class UndeliverableChange(CdcError):
     rather than skip it; fix the destination (or the topic template) and start it again."""
 
 
+class _Append:
+    """One append on its way: where it ends, changes still unacknowledged, when it was sent."""
+
+    __slots__ = ("end", "left", "sent")
+
+    def __init__(self, end: int, left: int) -> None:
+        self.end, self.left, self.sent = end, left, time.monotonic()
+
+
 class PublishTarget:
-    """A :class:`~sluiceway.cdc.target.CaptureTarget` over a harvester
-    :class:`~sluiceway.harvest.ports.Publisher`."""
+    """A pipelined :class:`~sluiceway.cdc.target.CaptureTarget` over a harvester
+    :class:`~sluiceway.harvest.ports.Publisher`.
+
+    ``append`` hands the changes to the publisher and returns (waiting only while more than
+    ``max_in_flight`` changes await acknowledgements), so the next append is sent while this one's
+    acknowledgements come back. The *durable* position — the end of the last append which, with
+    every append before it, is acknowledged whole — moves as acknowledgements arrive and is
+    reported through ``on_durable`` (the capture then confirms it to PostgreSQL). An append with a
+    failed change never becomes durable: the failure ends the term at the next ``append`` or
+    :meth:`check`, and the next term sends again from the durable position.
+    """
+
+    #: The capture confirms what ``on_durable`` reports, not what ``append`` was given.
+    pipelined = True
 
     def __init__(
         self,
@@ -61,6 +84,7 @@ class PublishTarget:
         leader: str = "",
         tombstones: bool = False,
         timeout: float = 60.0,
+        max_in_flight: int = 20_000,
         may_continue: Callable[[], bool] = lambda: True,
         meter: CaptureMeter | None = None,
         position_file: PositionFile | None = None,
@@ -70,37 +94,82 @@ class PublishTarget:
         self.leader = leader
         self.tombstones = tombstones
         self.timeout = timeout
+        self.max_in_flight = max_in_flight
         self.may_continue = may_continue
         self.meter = meter
         self.position_file = position_file
+        #: Called (from a publisher's thread, or the appender's) with each new durable position.
+        self.on_durable: Callable[[int], None] = lambda position: None
         self._send_many = getattr(publisher, "send_many", None)
+        self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)
+        self._pending: deque[_Append] = deque()
+        self._in_flight = 0
+        self._failure: CdcError | None = None
+        self._moving = threading.Lock()
+        self._durable = 0
 
     def position(self) -> int | None:
         """What this target published last (None: nothing recorded — the slot's position rules)."""
         return None if self.position_file is None else self.position_file.read()
 
     def append(self, batch: pa.RecordBatch, end: int) -> None:
-        if batch.num_rows:
-            records = to_records(batch, self.topics, leader=self.leader, tombstones=self.tombstones)
-            self._publish(records)
+        records = (
+            to_records(batch, self.topics, leader=self.leader, tombstones=self.tombstones)
+            if batch.num_rows
+            else []
+        )
+        entry = _Append(end, len(records))
+        moved = None
+        with self._room:
+            while self._in_flight and self._in_flight + len(records) > self.max_in_flight:
+                self._check_locked()
+                self._room.wait(0.05)
+            self._check_locked()
+            self._pending.append(entry)
+            self._in_flight += len(records)
+            if not records:
+                moved = self._advance_locked()
+        if records:
+            self._send(records, entry)
             if self.meter is not None:
                 self.meter.published(records, batch)
-        if self.position_file is not None:
-            self.position_file.write(end)
+        elif moved is not None:
+            self._moved(moved)
 
-    def _publish(self, records: list[MarkedRecord]) -> None:
-        done = threading.Event()
-        lock = threading.Lock()
-        left = [len(records)]
-        failures: list[Delivery] = []
+    def check(self) -> None:
+        """Raise what ended deliveries: a failed change, leadership gone, or an append not
+        acknowledged within ``timeout``."""
+        with self._lock:
+            self._check_locked()
 
+    def _check_locked(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+        if not self.may_continue():
+            raise DeliveryFailed("leadership ended while changes awaited their acknowledgements")
+        if (
+            self._pending
+            and self._pending[0].left
+            and time.monotonic() - self._pending[0].sent > self.timeout
+        ):
+            head = self._pending[0]
+            raise DeliveryFailed(f"{head.left} changes were not acknowledged within {self.timeout:g} s")
+
+    def _send(self, records: list[MarkedRecord], entry: _Append) -> None:
         def on_done(delivery: Delivery) -> None:
-            with lock:
-                if delivery.error is not None:
-                    failures.append(delivery)
-                left[0] -= 1
-                if left[0] == 0:
-                    done.set()
+            moved = None
+            with self._room:
+                self._in_flight -= 1
+                if delivery.error is None:
+                    entry.left -= 1
+                    if entry.left == 0:
+                        moved = self._advance_locked()
+                elif self._failure is None:
+                    self._failure = _failure(delivery)
+                self._room.notify_all()
+            if moved is not None:
+                self._moved(moved)
 
         try:
             if self._send_many is not None:
@@ -112,27 +181,35 @@ class PublishTarget:
             raise (UndeliverableChange if exc.permanent else DeliveryFailed)(
                 f"the destination refused a change: {exc}"
             ) from exc
-        deadline = time.monotonic() + self.timeout
-        while not done.wait(0.05):
-            if not self.may_continue():
-                raise DeliveryFailed("leadership ended while changes awaited their acknowledgements")
-            if time.monotonic() > deadline:
-                raise DeliveryFailed(
-                    f"{left[0]} of {len(records)} changes were not acknowledged within {self.timeout:g} s"
-                )
-        if failures:
-            first = failures[0]
-            where = f"{first.record.topic} key {first.record.key!r}"
-            if any(f.permanent for f in failures):
-                bad = next(f for f in failures if f.permanent)
-                raise UndeliverableChange(
-                    f"the destination can never accept the change to {bad.record.topic} key "
-                    f"{bad.record.key!r}: {bad.error}"
-                )
-            raise DeliveryFailed(f"{len(failures)} changes not delivered (first: {where}: {first.error})")
+
+    def _advance_locked(self) -> int | None:
+        """Drop the acknowledged appends at the head; the end of the last one dropped, if any."""
+        moved = None
+        while self._pending and self._pending[0].left == 0:
+            moved = self._pending.popleft().end
+        return moved
+
+    def _moved(self, position: int) -> None:
+        with self._moving:  # reports come from several threads: one at a time, never backwards
+            if position <= self._durable:
+                return
+            self._durable = position
+            # Kept before it is confirmed: after a server restart the slot may be older than this.
+            if self.position_file is not None:
+                self.position_file.write(position)
+            self.on_durable(position)
 
     def close(self) -> None:
         self.publisher.close()
+
+
+def _failure(delivery: Delivery) -> CdcError:
+    where = f"{delivery.record.topic} key {delivery.record.key!r}"
+    if delivery.permanent:
+        return UndeliverableChange(
+            f"the destination can never accept the change to {where}: {delivery.error}"
+        )
+    return DeliveryFailed(f"a change to {where} was not delivered: {delivery.error}")
 
 
 class PositionFile:

@@ -113,8 +113,12 @@ class Capture:
 
     options: CaptureOptions
     target: CaptureTarget
-    #: Position the target holds everything up to (what is confirmed to the server).
+    #: Position up to which everything is appended to the target.
     position: int = 0
+    #: Position up to which the target holds everything durably: what is confirmed to the server.
+    #: The journal holds an append once it returns (``durable == position``); a pipelined target
+    #: (``target.pipelined``, a broker's) reports it later, through :meth:`durable_at`.
+    durable: int = 0
     appended: int = 0
     _session: CdcSession | None = field(default=None, repr=False)
     _tables: list[TableSpec] = field(default_factory=list, repr=False)
@@ -171,7 +175,7 @@ class Capture:
                 f"{format_lsn(info.confirmed)}: the changes in between are gone (was the slot dropped "
                 "and created again?). Start from a fresh log and checkpoint to copy the tables again."
             )
-        self.position = held
+        self.position = self.durable = held
 
     def _stream_options(self) -> StreamOptions:
         opts = self.options
@@ -308,13 +312,23 @@ class Capture:
         self._hold(empty_batch(), position)
 
     def _hold(self, batch: pa.RecordBatch, end: int) -> None:
-        """Append ``batch``, the log now complete up to ``end``; only then let the server release
-        the WAL before ``end``, and wake whoever waits for the position."""
+        """Append ``batch``, the log now complete up to ``end``; once the target holds it durably,
+        let the server release the WAL before ``end`` (:meth:`durable_at`)."""
         self.target.append(batch, end)
-        if self._stream is not None:
-            self._stream.confirm(end)
+        if not getattr(self.target, "pipelined", False):
+            self.durable_at(end)
         with self._moved:
             self.position = end
+            self._moved.notify_all()
+
+    def durable_at(self, position: int) -> None:
+        """The target holds everything before ``position`` durably: confirm it to the server, and
+        wake whoever waits for it (a pipelined target calls this from its own threads, in order)."""
+        if self._stream is not None:
+            self._stream.confirm(position)
+        with self._moved:
+            if position > self.durable:
+                self.durable = position
             self._moved.notify_all()
 
     def _heartbeat(self, stream: ReplicationStream) -> None:
@@ -337,20 +351,21 @@ class Capture:
                 return False
             if not point:
                 point.append(self.sync_point())
-            return self.position >= point[0]
+            return self.durable >= point[0]
 
         self.run(until=caught_up)
 
     def wait_for(self, position: int, timeout: float) -> bool:
-        """Block until the target holds ``position`` (for the copier's read-ahead and for tests)."""
+        """Block until the target holds ``position`` durably (for the copier's read-ahead and for
+        tests)."""
         deadline = time.monotonic() + timeout
         with self._moved:
-            while self.position < position and not self._stop.is_set():
+            while self.durable < position and not self._stop.is_set():
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
                 self._moved.wait(min(left, 0.5))
-        return self.position >= position
+        return self.durable >= position
 
     # -- the copy ----------------------------------------------------------------------------------
     def copying(self, state: CopyState | None = None) -> bool:
@@ -405,7 +420,7 @@ class Capture:
 
     def _forget_chunks(self, state: CopyState) -> None:
         """Remove the files of chunks whose window the target has passed (called by the copier only)."""
-        gone = [cid for cid, close in state.closes.items() if close <= self.position]
+        gone = [cid for cid, close in state.closes.items() if close <= self.durable]
         for cid in gone:
             self.store.chunk_path(int(cid)).unlink(missing_ok=True)
             del state.closes[cid]
