@@ -169,23 +169,26 @@ class FeedStore:
     MIGRATION = (
         "create_partitions",
         "create_items",
+        # Added with priorities: the columns, for older tables (DEFAULT 0) — first, so that a
+        # missing column's ALTER TABLE is the migration's first lock on its table.
+        "add_partitions_priority",
+        "add_items_priority",
         "index_partitions_free",
         "index_partitions_owner",
         "index_partitions_status",
         # Added with scheduled work: CREATE INDEX IF NOT EXISTS, so older tables get it too.
         "index_partitions_scheduled",
-        # Added with priorities: the columns (older tables get them, DEFAULT 0), the ready index
-        # for choosing partitions, and the claim index in place of the open one (dropped).
-        "add_partitions_priority",
-        "add_items_priority",
+        # Added with priorities: the ready index for choosing partitions, and the claim index in
+        # place of the open one (dropped).
         "index_partitions_ready",
         "index_items_open",
         "index_items_claim",
         "index_items_failed",
         "index_items_partition",
     )
-    #: Columns added after the tables' first release: ``ALTER TABLE … ADD COLUMN`` blocks that
-    #: SQLite, which has no ``ADD COLUMN IF NOT EXISTS``, runs only when the column is missing.
+    #: Columns added after the tables' first release: ``ALTER TABLE … ADD COLUMN`` blocks run only
+    #: when the column is missing (even with IF NOT EXISTS, ALTER TABLE locks the table exclusively,
+    #: and SQLite has no IF NOT EXISTS here at all).
     ADDED_COLUMNS = {
         "add_partitions_priority": ("partitions", "priority"),
         "add_items_priority": ("items", "priority"),
@@ -212,14 +215,17 @@ class FeedStore:
                 self.db.execute(self.q[name], what=f"feed migrate {name}")
 
     def _has_column(self, table: str, column: str) -> bool:
-        """SQLite only (the others add columns with IF NOT EXISTS): is ``column`` in the table?"""
-        if self.dialect is not Dialect.SQLITE:
-            return False
+        """Is ``column`` in the feed's ``table`` (``"partitions"`` or ``"items"``)?"""
         name = self.partitions_table if table == "partitions" else self.items_table
         schema, _, bare = name.rpartition(".")
         row = self.db.fetchone(
             self.q["has_column"],
-            {"table": bare, "schema": schema or "main", "column": column},
+            {
+                "table": bare,
+                "schema": schema or None,
+                "qualified": quote_identifier(name, self.dialect),
+                "column": column,
+            },
             what="feed migrate columns",
         )
         return bool(row and row[0])

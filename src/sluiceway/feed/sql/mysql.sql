@@ -68,8 +68,9 @@ CREATE TABLE IF NOT EXISTS {items} (
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4
 
 -- name: has_column
--- Not used here: ADD COLUMN IF NOT EXISTS (SQLite has no such clause and asks first).
-SELECT 1
+-- Asked before adding a column, so that a start where nothing is missing runs no ALTER TABLE.
+SELECT count(*) FROM information_schema.columns
+WHERE table_schema = COALESCE(%(schema)s, DATABASE()) AND table_name = %(table)s AND column_name = %(column)s
 
 -- name: add_partitions_priority
 -- Added with priorities: tables created before them get the column here (MariaDB's IF NOT
@@ -232,12 +233,13 @@ WHERE id IN %(ids)s AND owner = %(owner)s
 -- No UPDATE … RETURNING here: select-and-lock up to `limit` claimable items in a short
 -- transaction (SKIP LOCKED: never wait behind another transaction), then `claim_mark` them.
 -- No ORDER BY: MySQL sorts (and, FOR UPDATE, locks) every joined row for an ORDER BY that spans
--- two tables; the join instead reads each partition's items from the claim index, highest
--- priority first, then by id — which needs descending index keys (MariaDB 10.8+; earlier ones
--- parse DESC and build the key ascending).
+-- two tables. The join instead reads each partition's items from the claim index, in its order:
+-- highest priority first, then by id. FORCE INDEX, because on small tables the optimizer may
+-- prefer items_partition_idx (id order, priorities ignored); the order needs descending index
+-- keys (MariaDB 10.8+; earlier ones parse DESC and build the key ascending).
 SELECT c.id, c.partition_id, c.gate, c.data, c.attempts, c.version
 FROM {partitions} AS p
-JOIN {items} AS c ON c.partition_id = p.id AND c.status = 'available' AND c.gate = p.gate
+JOIN {items} AS c FORCE INDEX ({raw_items_claim_idx}) ON c.partition_id = p.id AND c.status = 'available' AND c.gate = p.gate
 WHERE p.owner = %(owner)s AND p.status = 'available' AND p.lease_until > UTC_TIMESTAMP(6)
   AND c.available_at <= UTC_TIMESTAMP(6)
 LIMIT %(limit)s

@@ -65,15 +65,19 @@ CREATE TABLE IF NOT EXISTS {items} (
 
 -- name: add_partitions_priority
 -- Added with priorities: tables created before them get the column here (a constant default is
--- a catalogue change in PostgreSQL 11+, no table rewrite).
+-- a catalogue change in PostgreSQL 11+, no table rewrite). Run only when has_column says it is
+-- missing, and before any statement of the migration takes a weaker lock on the table (a lock
+-- upgrade inside the migration's transaction could deadlock with a producer's).
 ALTER TABLE {partitions} ADD COLUMN IF NOT EXISTS priority INTEGER NOT NULL DEFAULT 0
 
 -- name: add_items_priority
 ALTER TABLE {items} ADD COLUMN IF NOT EXISTS priority INTEGER NOT NULL DEFAULT 0
 
 -- name: has_column
--- Not used here: ADD COLUMN IF NOT EXISTS (SQLite has no such clause and asks first).
-SELECT 1
+-- Asked before adding a column: ALTER TABLE takes an ACCESS EXCLUSIVE lock on the table even when
+-- IF NOT EXISTS then finds the column, and every worker and producer migrates when it starts.
+SELECT count(*) FROM pg_attribute
+WHERE attrelid = to_regclass(%(qualified)s) AND attname = %(column)s AND NOT attisdropped
 
 -- name: index_partitions_free
 -- Finding free or expired partitions: a range scan up to now(), oldest lease first. Partial:

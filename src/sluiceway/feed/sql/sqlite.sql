@@ -49,7 +49,7 @@ CREATE TABLE IF NOT EXISTS {items} (
 
 -- name: has_column
 -- SQLite has no ADD COLUMN IF NOT EXISTS: the migration asks before adding a column.
-SELECT count(*) FROM pragma_table_info(:table, :schema) WHERE name = :column
+SELECT count(*) FROM pragma_table_info(:table, COALESCE(:schema, 'main')) WHERE name = :column
 
 -- name: add_partitions_priority
 -- Added with priorities (run only when the column is missing, see has_column).
