@@ -72,12 +72,21 @@ def add(
     in_: Annotated[
         str | None, typer.Option("--in", help="Not before this long from now: a duration (30s, 5m, 1h30m).")
     ] = None,
+    priority: Annotated[
+        int | None,
+        typer.Option("--priority", help="A new partition's priority: workers lease higher ones first."),
+    ] = None,
+    item_priority: Annotated[
+        int, typer.Option("--item-priority", help="The items' priority: claimed first within their gate.")
+    ] = 0,
     prefix: Annotated[str, typer.Option("--prefix", help=PREFIX_HELP)] = "feed_",
 ) -> None:
     """Add a partition with its items, or add items to an open partition (at or above its gate).
 
     With --at or --in the work is scheduled: not claimed before then (a new partition is not even
-    leased), by the database's clock.
+    leased), by the database's clock. Priorities are integers, higher first, 0 by default:
+    --priority for a new partition (workers lease higher ones first), --item-priority for the
+    items (claimed first within their gate).
 
     Examples:
 
@@ -86,6 +95,8 @@ def add(
       sluice feed add --dsn sqlite:///app.db -p nightly -i report --at 2026-12-01T02:00:00+01:00
 
       sluice feed add --dsn sqlite:///app.db -p folder-1 -i c.pdf --in 5m
+
+      sluice feed add --dsn sqlite:///app.db -p urgent -i a.pdf --priority 10 --item-priority 5
     """
     not_before = _not_before(at, in_)
     datas: list[bytes] = [i.encode("utf-8") for i in item or []]
@@ -105,21 +116,47 @@ def add(
     with Feed(dsn, prefix=prefix) as feed:
         when = "" if not_before is None else f", not before {_describe(not_before)}"
         if feed.partition(partition) is None:
-            feed.add(partition, datas, gate=gate, attributes=attrs, not_before=not_before)
+            feed.add(
+                partition,
+                datas,
+                gate=gate,
+                attributes=attrs,
+                not_before=not_before,
+                priority=priority or 0,
+                item_priority=item_priority,
+            )
             console.print(
                 styled(
                     "partition ",
                     (partition, "bold"),
                     f" added with {len(datas)} item(s) at gate {gate}{when}",
+                    _priorities(priority, item_priority),
                 )
             )
         else:
             if attrs is not None:
                 raise fail(f"partition {partition!r} exists; --attributes only apply when creating it")
-            n = feed.add_items(partition, datas, gate, not_before=not_before)
+            if priority is not None:
+                raise fail(
+                    f"partition {partition!r} exists; --priority only applies when creating it "
+                    "(--item-priority sets the new items')"
+                )
+            n = feed.add_items(partition, datas, gate, not_before=not_before, item_priority=item_priority)
             console.print(
-                styled(f"{n} item(s) added to partition ", (partition, "bold"), f" at gate {gate}{when}")
+                styled(
+                    f"{n} item(s) added to partition ",
+                    (partition, "bold"),
+                    f" at gate {gate}{when}",
+                    _priorities(None, item_priority),
+                )
             )
+
+
+def _priorities(priority: int | None, item_priority: int) -> str:
+    """The priorities an add was given, for its one line (nothing when they are the defaults)."""
+    said = [] if not priority else [f"priority {priority}"]
+    said += [] if not item_priority else [f"item priority {item_priority}"]
+    return "" if not said else ", " + ", ".join(said)
 
 
 def _not_before(at: str | None, in_: str | None) -> datetime | float | None:
@@ -293,6 +330,7 @@ def _status_json(s: FeedStatus) -> dict[str, Any]:
         "partitions": [{"status": st, "gate": g, "count": n} for st, g, n in s.partitions],
         "items": s.items,
         "ready_items": s.ready_items,
+        "open_by_priority": [{"of": of, "priority": p, "count": n} for of, p, n in s.open_by_priority],
         "oldest_available_age_seconds": s.oldest_available_age,
         "workers": [
             {
@@ -342,6 +380,13 @@ def status(
         workers.add_row(w.owner, str(w.partitions), _age(w.latest_expiry), "yes" if w.live else "expired")
     console.print(parts)
     console.print(items)
+    if any(p != 0 for _, p, _ in s.open_by_priority):  # only when priorities are in use
+        by_priority = Table(title="open work by priority")
+        for col in ("of", "priority", "count"):
+            by_priority.add_column(col, justify="left" if col == "of" else "right")
+        for of, p, n in s.open_by_priority:
+            by_priority.add_row(of, str(p), str(n))
+        console.print(by_priority)
     console.print(workers)
 
 
@@ -367,10 +412,11 @@ def partitions(
     with _reading(dsn, prefix) as feed:
         page = feed.partitions(status_filter, after=after, limit=limit)
     table = Table(title="partitions")
-    for col in ("id", "name", "status", "gate", "owner", "lease"):
+    for col in ("id", "name", "status", "gate", "priority", "owner", "lease"):
         table.add_column(col)
     for p in page.rows:
-        table.add_row(str(p.id), p.name, p.status.value, str(p.gate), p.owner or "-", _age(p.lease_until))
+        cells = (str(p.id), p.name, p.status.value, str(p.gate), str(p.priority), p.owner or "-")
+        table.add_row(*cells, _age(p.lease_until))
     console.print(table)
     if page.next_after is not None:
         console.print(f"more: --after {page.next_after}")

@@ -11,13 +11,14 @@ Every worker runs the same rule on the same facts, with no coordinator:
 * over target: release the excess so that others can take it.
 
 A newcomer therefore shows up as a live owner after its first steal; everyone's target drops,
-the over-loaded release, and the newcomer takes what they released. Pure functions only.
+the over-loaded release, and the newcomer takes what they released. Which free partitions a
+worker takes: the highest priorities first (:func:`choose`). Pure functions only.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -65,3 +66,24 @@ def victim(me: str, mine: int, target: int, census: Census) -> str | None:
     count, owner = min(others, key=lambda pair: (-pair[0], pair[1]))
     threshold = target - 1 if need > 1 else target
     return owner if count > threshold else None
+
+
+@dataclass(frozen=True, slots=True)
+class FreePartition:
+    """A free (or expired) partition as the free-partition page lists it."""
+
+    id: int
+    version: int
+    priority: int = 0
+
+
+def choose(free: Sequence[FreePartition], need: int, rand: Callable[[], float]) -> list[FreePartition]:
+    """The ``need`` partitions to try to take from a page of free ones: the highest priorities
+    first; among equal priorities a random part, so that workers balancing at the same moment
+    mostly try different rows instead of all losing on the same ones.
+
+    >>> page = [FreePartition(1, 0, 0), FreePartition(2, 0, 5), FreePartition(3, 0, 0)]
+    >>> [p.id for p in choose(page, 1, lambda: 0.5)]
+    [2]
+    """
+    return sorted(free, key=lambda p: (-p.priority, rand()))[: max(0, need)]

@@ -25,13 +25,15 @@ from sluiceway.feed.model import (
     Partition,
     Schedule,
     Status,
+    check_priority,
     encode_data,
 )
 from sluiceway.feed.store import FeedStore
 
 IfExists = Literal["error", "skip", "append"]
-#: A partition ready to add: name, gate, encoded items, attributes, schedule.
-_Prepared = tuple[str, int, list[bytes], Mapping[str, Any] | None, NotBefore | None]
+#: A partition ready to add: name, gate, encoded items, attributes, schedule, its priority, its
+#: items' priority.
+_Prepared = tuple[str, int, list[bytes], Mapping[str, Any] | None, NotBefore | None, int, int]
 
 #: Longest partition name (the MySQL column is VARCHAR(255); the same limit everywhere).
 MAX_NAME = 255
@@ -56,10 +58,11 @@ def _check_gate(gate: object) -> int:
 def _coerce_partition(spec: NewPartition | tuple[Any, ...]) -> NewPartition:
     if isinstance(spec, NewPartition):
         return spec
-    if isinstance(spec, tuple) and 1 <= len(spec) <= 5:
+    if isinstance(spec, tuple) and 1 <= len(spec) <= 7:
         return NewPartition(*spec)
     raise FeedError(
-        f"expected NewPartition(name, items, gate, attributes, not_before) or a tuple of those, not {spec!r}"
+        "expected NewPartition(name, items, gate, attributes, not_before, priority, item_priority) "
+        f"or a tuple of those, not {spec!r}"
     )
 
 
@@ -111,6 +114,8 @@ class Feed:
         attributes: Mapping[str, Any] | None = None,
         if_exists: IfExists = "error",
         not_before: Schedule | None = None,
+        priority: int = 0,
+        item_priority: int = 0,
     ) -> int:
         """Create a partition with its items in one transaction (never visible without them).
 
@@ -124,19 +129,28 @@ class Feed:
         then (by the database's clock). With ``"append"`` to an existing partition it applies to
         the new items.
 
+        Priorities (integers, higher first, default 0): ``priority`` is the partition's — workers
+        choosing partitions to lease take the highest first (set when the partition is created; an
+        ``"append"`` leaves an existing partition's as it is); ``item_priority`` is its items' —
+        within a gate, a worker claims higher-priority items first, then in the order they were
+        added.
+
         >>> Feed("sqlite:///:memory:").add("folder-7", [b"a.pdf", b"b.pdf"])
         1
         >>> Feed("sqlite:///:memory:").add("in-an-hour", [b"report"], not_before=3600)
         1
+        >>> Feed("sqlite:///:memory:").add("urgent", [b"page-1"], priority=10, item_priority=5)
+        1
         """
-        spec = NewPartition(partition, items, gate, attributes, not_before)
+        spec = NewPartition(partition, items, gate, attributes, not_before, priority, item_priority)
         return self.add_many([spec], if_exists=if_exists)[0]
 
     def add_many(
         self, partitions: Iterable[NewPartition | tuple[Any, ...]], *, if_exists: IfExists = "error"
     ) -> list[int]:
         """Create many partitions (``NewPartition`` or ``(name, items[, gate[, attributes[,
-        not_before]]]])``) in one transaction, with items inserted in bounded batches. All or nothing.
+        not_before[, priority[, item_priority]]]]]])``) in one transaction, with items inserted in
+        bounded batches. All or nothing.
 
         The batch API for bulk producers such as a pipeline sink: with ``if_exists="skip"`` a
         replayed batch is a no-op for the partitions it already created.
@@ -151,6 +165,8 @@ class Feed:
                 [encode_data(i) for i in s.items],
                 s.attributes,
                 NotBefore.coerce(s.not_before),
+                check_priority(s.priority),
+                check_priority(s.item_priority, "item_priority"),
             )
             for s in specs
         ]
@@ -178,12 +194,12 @@ class Feed:
 
     def _add_many(self, prepared: list[_Prepared], if_exists: IfExists) -> list[int]:
         ids: list[int] = []
-        # Items grouped by schedule, so unscheduled ones (nearly always all of them) stay one
-        # bulk insert across partitions.
-        rows: dict[NotBefore | None, list[tuple[int, int, bytes]]] = {}
+        # Items grouped by schedule and priority, so plain ones (nearly always all of them) stay
+        # one bulk insert across partitions.
+        rows: dict[tuple[NotBefore | None, int], list[tuple[int, int, bytes]]] = {}
         instants: dict[NotBefore, object] = {}
         with self.db.transaction():
-            for name, gate, datas, attributes, not_before in prepared:
+            for name, gate, datas, attributes, not_before, priority, item_priority in prepared:
                 at = None
                 if not_before is not None:
                     if not_before not in instants:
@@ -191,7 +207,7 @@ class Feed:
                     at = instants[not_before]
                 current = self.store.lock_partition(name)
                 if current is None:
-                    pid = self.store.insert_partition(name, gate, attributes, at)
+                    pid = self.store.insert_partition(name, gate, attributes, at, priority)
                 elif if_exists == "error":
                     raise PartitionExistsError(name)
                 elif if_exists == "skip":
@@ -200,9 +216,10 @@ class Feed:
                 else:
                     pid = self._open_for_items(name, current, gate)
                 ids.append(pid)
-                rows.setdefault(not_before, []).extend((pid, gate, d) for d in datas)
-            for not_before, group in rows.items():
-                self.store.insert_items(group, None if not_before is None else instants[not_before])
+                rows.setdefault((not_before, item_priority), []).extend((pid, gate, d) for d in datas)
+            for (not_before, item_priority), group in rows.items():
+                at = None if not_before is None else instants[not_before]
+                self.store.insert_items(group, at, item_priority)
             if rows:  # a partition created or appended to (not only skipped)
                 # Delivered at commit (PostgreSQL): no worker wakes before the work is visible.
                 self.store.notify("add")
@@ -233,20 +250,26 @@ class Feed:
         gate: int | None = None,
         *,
         not_before: Schedule | None = None,
+        item_priority: int = 0,
     ) -> int:
         """Add items to an open partition at ``gate`` (default: its current gate); return how many.
 
         A gate below the partition's current gate raises :class:`GateError` (those items would
         never run); a complete partition raises :class:`PartitionClosedError`. ``not_before``: no
         item is claimed before then (see :meth:`add`); meanwhile they hold their gate open.
+        ``item_priority``: within their gate, higher-priority items are claimed first (see
+        :meth:`add`).
 
         >>> feed = Feed("sqlite:///:memory:"); _ = feed.add("p", [b"x"])
         >>> feed.add_items("p", [b"y", b"z"], gate=2)
         2
+        >>> feed.add_items("p", [b"before x"], item_priority=1)
+        1
         """
         name = _check_name(partition)
         datas = [encode_data(i) for i in items]
         schedule = NotBefore.coerce(not_before)
+        priority = check_priority(item_priority, "item_priority")
         with self.db.transaction():
             available_at = None if schedule is None else self.store.scheduled_at(schedule)
             current = self.store.lock_partition(name)
@@ -254,7 +277,7 @@ class Feed:
                 raise PartitionNotFoundError(name)
             at = current[2] if gate is None else _check_gate(gate)
             pid = self._open_for_items(name, current, at)
-            self.store.insert_items([(pid, at, d) for d in datas], available_at)
+            self.store.insert_items([(pid, at, d) for d in datas], available_at, priority)
             self.store.notify("add")  # delivered at commit, with the items
         return len(datas)
 

@@ -90,6 +90,22 @@ class NotBefore:
             ) from None
 
 
+#: Priorities are the databases' INTEGER: 32 bits, signed.
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+
+
+def check_priority(value: object, what: str = "priority") -> int:
+    """A partition's or an item's priority: an integer in the INTEGER range (higher goes first).
+
+    >>> check_priority(-5)
+    -5
+    """
+    low, high = PRIORITY_RANGE
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise FeedError(f"{what} must be an integer between {low} and {high}, not {value!r}")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class Item:
     """One item handed to a processor.
@@ -201,6 +217,8 @@ class Partition:
     #: Added with ``not_before``: the instant it could first be leased (kept after that, until a
     #: worker takes it).
     not_before: datetime | None = None
+    #: Workers choosing partitions to lease take higher priorities first (default 0).
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,18 +237,27 @@ class ItemRecord:
     version: int
     created_at: datetime | None
     updated_at: datetime | None
+    #: Within a gate, higher priorities are claimed first (default 0).
+    priority: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class NewPartition:
     """A partition to create with ``Feed.add_many``: its name, its items (all at ``gate``),
-    attributes, and ``not_before`` (see ``Feed.add``)."""
+    attributes, ``not_before``, the partition's ``priority`` and its items' ``item_priority``
+    (see ``Feed.add``).
+
+    >>> NewPartition("urgent", [b"page-1"], priority=10).priority
+    10
+    """
 
     name: str
     items: Sequence[ItemData] = ()
     gate: int = 0
     attributes: Mapping[str, Any] | None = None
     not_before: Schedule | None = None
+    priority: int = 0
+    item_priority: int = 0
 
 
 T = TypeVar("T")
@@ -267,6 +294,8 @@ class FeedStatus:
     oldest_available_age: float | None  # seconds since the oldest available item was added
     workers: list[WorkerLeases]
     items_by_gate: list[tuple[str, int, int]] = field(default_factory=list)  # (status, gate, count)
+    #: Open work by priority: ("partitions" | "items", priority, count), highest first.
+    open_by_priority: list[tuple[str, int, int]] = field(default_factory=list)
 
 
 @dataclass(slots=True)

@@ -17,7 +17,7 @@ from typing import Any
 from sluiceway.db import Database, Dialect, QuerySet, check_identifier, quote_identifier
 from sluiceway.db.identifiers import derived_name
 from sluiceway.errors import ConfigError, InvariantViolation
-from sluiceway.feed.balance import Census
+from sluiceway.feed.balance import Census, FreePartition
 from sluiceway.feed.core import Claimed, Decision, GateSummary, Outcome, OutcomeKind
 from sluiceway.feed.model import FeedStatus, ItemRecord, NotBefore, Page, Partition, Status, WorkerLeases
 
@@ -108,6 +108,7 @@ class FeedStore:
         self.dialect = db.dialect
         self.partitions_table, self.items_table = table_names(prefix)
         bare = prefix.split(".")[-1]
+        schema = prefix.split(".")[0] if "." in prefix else None
         #: The LISTEN/NOTIFY channel (PostgreSQL); producers notify on it whenever they make work
         #: available, in the same transaction.
         self.channel = wake_channel(prefix)
@@ -116,6 +117,11 @@ class FeedStore:
 
         def raw(suffix: str) -> str:
             return quote_identifier(check_identifier(f"{bare}{suffix}", what="feed index"), self.dialect)
+
+        def qualified(suffix: str) -> str:
+            # DROP INDEX names the index in its table's schema (CREATE INDEX puts it there);
+            # checked and quoted as a table name is, by the query set.
+            return f"{bare}{suffix}" if schema is None else f"{schema}.{bare}{suffix}"
 
         self.q = QuerySet(
             "sluiceway.feed",
@@ -128,8 +134,11 @@ class FeedStore:
             raw_partitions_owner_idx=raw("partitions_owner_idx"),
             raw_partitions_status_idx=raw("partitions_status_idx"),
             raw_partitions_scheduled_idx=raw("partitions_scheduled_idx"),
+            raw_partitions_ready_idx=raw("partitions_ready_idx"),
             raw_items_status_check=raw("items_status_check"),
             raw_items_open_idx=raw("items_open_idx"),
+            old_items_open_idx=qualified("items_open_idx"),
+            raw_items_claim_idx=raw("items_claim_idx"),
             raw_items_failed_idx=raw("items_failed_idx"),
             raw_items_partition_idx=raw("items_partition_idx"),
             raw_items_partition_fk=raw("items_partition_fk"),
@@ -160,15 +169,30 @@ class FeedStore:
     MIGRATION = (
         "create_partitions",
         "create_items",
+        # Added with priorities: the columns, for older tables (DEFAULT 0) — first, so that a
+        # missing column's ALTER TABLE is the migration's first lock on its table.
+        "add_partitions_priority",
+        "add_items_priority",
         "index_partitions_free",
         "index_partitions_owner",
         "index_partitions_status",
         # Added with scheduled work: CREATE INDEX IF NOT EXISTS, so older tables get it too.
         "index_partitions_scheduled",
+        # Added with priorities: the ready index for choosing partitions, and the claim index in
+        # place of the open one (dropped).
+        "index_partitions_ready",
         "index_items_open",
+        "index_items_claim",
         "index_items_failed",
         "index_items_partition",
     )
+    #: Columns added after the tables' first release: ``ALTER TABLE … ADD COLUMN`` blocks run only
+    #: when the column is missing (even with IF NOT EXISTS, ALTER TABLE locks the table exclusively,
+    #: and SQLite has no IF NOT EXISTS here at all).
+    ADDED_COLUMNS = {
+        "add_partitions_priority": ("partitions", "priority"),
+        "add_items_priority": ("items", "priority"),
+    }
 
     def migrate(self) -> None:
         """Create tables and indexes if missing (idempotent; safe when many workers start at once)."""
@@ -186,7 +210,25 @@ class FeedStore:
             if self.dialect is Dialect.POSTGRES:
                 self.db.execute(self.q["migrate_lock"], lock, what="feed migrate lock")
             for name in self.MIGRATION:
+                if name in self.ADDED_COLUMNS and self._has_column(*self.ADDED_COLUMNS[name]):
+                    continue
                 self.db.execute(self.q[name], what=f"feed migrate {name}")
+
+    def _has_column(self, table: str, column: str) -> bool:
+        """Is ``column`` in the feed's ``table`` (``"partitions"`` or ``"items"``)?"""
+        name = self.partitions_table if table == "partitions" else self.items_table
+        schema, _, bare = name.rpartition(".")
+        row = self.db.fetchone(
+            self.q["has_column"],
+            {
+                "table": bare,
+                "schema": schema or None,
+                "qualified": quote_identifier(name, self.dialect),
+                "column": column,
+            },
+            what="feed migrate columns",
+        )
+        return bool(row and row[0])
 
     # -- producers (call inside a transaction) ------------------------------------------------
     def scheduled_at(self, not_before: NotBefore) -> object:
@@ -214,9 +256,15 @@ class FeedStore:
         return row[0]
 
     def insert_partition(
-        self, name: str, gate: int, attributes: Mapping[str, Any] | None, lease_until: object = None
+        self,
+        name: str,
+        gate: int,
+        attributes: Mapping[str, Any] | None,
+        lease_until: object = None,
+        priority: int = 0,
     ) -> int:
-        """``lease_until``: an instant from :meth:`scheduled_at` (no lease before it), or None."""
+        """``lease_until``: an instant from :meth:`scheduled_at` (no lease before it), or None;
+        ``priority``: the partition's (higher is leased first)."""
         row = self.db.fetchone(
             self.q["insert_partition"],
             {
@@ -224,6 +272,7 @@ class FeedStore:
                 "gate": gate,
                 "attributes": json.dumps(dict(attributes or {})),
                 "lease_until": lease_until,
+                "priority": priority,
             },
             what="feed add partition",
         )
@@ -231,11 +280,16 @@ class FeedStore:
             raise InvariantViolation("INSERT … RETURNING id returned no row")
         return int(row[0])
 
-    def insert_items(self, rows: Sequence[tuple[int, int, bytes]], available_at: object = None) -> None:
+    def insert_items(
+        self, rows: Sequence[tuple[int, int, bytes]], available_at: object = None, priority: int = 0
+    ) -> None:
         """Insert ``(partition_id, gate, data)`` rows, in bounded chunks; ``available_at``: an
-        instant from :meth:`scheduled_at` (not claimable before it), or None (at once)."""
+        instant from :meth:`scheduled_at` (not claimable before it), or None (at once);
+        ``priority``: the items' (higher is claimed first within a gate)."""
         block = "insert_items" if available_at is None else "insert_items_at"
-        at = {} if available_at is None else {"available_at": available_at}
+        at: dict[str, Any] = {"priority": priority}
+        if available_at is not None:
+            at["available_at"] = available_at
         for start in range(0, len(rows), INSERT_CHUNK):
             chunk = rows[start : start + INSERT_CHUNK]
             if self.dialect is Dialect.POSTGRES:
@@ -295,6 +349,7 @@ class FeedStore:
             created_at=_ts(row[8]),
             updated_at=_ts(row[9]),
             not_before=lease_until if scheduled else None,
+            priority=int(row[10]),
         )
 
     def partition(self, name: str) -> Partition | None:
@@ -331,6 +386,7 @@ class FeedStore:
                 version=int(r[9]),
                 created_at=_ts(r[10]),
                 updated_at=_ts(r[11]),
+                priority=int(r[12]),
             )
             for r in rows
         ]
@@ -349,12 +405,17 @@ class FeedStore:
         row = self.db.fetchone(self.q["census_available"], what="feed census")
         return Census(available=int(row[0]) if row else 0, owners=owners)
 
-    def free_partitions(self, limit: int) -> list[tuple[int, int]]:
+    def free_partitions(self, limit: int) -> list[FreePartition]:
+        """One page of free or expired partitions, highest priority first."""
         rows = self.db.fetchall(self.q["free_partitions"], {"limit": limit}, what="feed free partitions")
-        return [(int(r[0]), int(r[1])) for r in rows]
+        return [FreePartition(int(r[0]), int(r[1]), int(r[2])) for r in rows]
 
-    def acquire(self, owner: str, pairs: Sequence[tuple[int, int]], lease: float) -> list[Held]:
-        """Take free partitions read with their versions; return the ones we got."""
+    def acquire(
+        self, owner: str, free: Sequence[FreePartition | tuple[int, int]], lease: float
+    ) -> list[Held]:
+        """Take free partitions read with their versions (from :meth:`free_partitions`, or
+        ``(id, version)`` pairs); return the ones we got."""
+        pairs = [(p.id, p.version) if isinstance(p, FreePartition) else (int(p[0]), int(p[1])) for p in free]
         if not pairs:
             return []
         params: dict[str, Any] = {"owner": owner, **self._seconds("lease", lease)}
@@ -592,6 +653,10 @@ class FeedStore:
             WorkerLeases(str(r[0]), int(r[1]), _ts(r[2]), _ts(r[3]), bool(r[4]), int(r[5] or 0))
             for r in self.db.fetchall(self.q["status_workers"], what="feed status workers")
         ]
+        priorities = [
+            (str(r[0]), int(r[1]), int(r[2]))
+            for r in self.db.fetchall(self.q["status_priorities"], what="feed status priorities")
+        ]
         ready = int(lag[0] or 0) if lag else 0
         age = None if not lag or lag[1] is None else float(lag[1])
-        return FeedStatus(parts, items, ready, age, workers, items_by_gate)
+        return FeedStatus(parts, items, ready, age, workers, items_by_gate, priorities)

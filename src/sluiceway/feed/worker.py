@@ -40,7 +40,7 @@ from dataclasses import replace
 from sluiceway.clock import Clock, SystemClock
 from sluiceway.db import Database, DataSource, Dialect, parse_dsn
 from sluiceway.errors import DatabaseError, DatabaseRefusedError
-from sluiceway.feed.balance import plan, victim
+from sluiceway.feed.balance import choose, plan, victim
 from sluiceway.feed.core import (
     Claimed,
     Decision,
@@ -627,11 +627,12 @@ class FeedWorker:
             return 0
         if step.acquire <= 0:
             return 0
-        # Read a wider page than needed and take a random part of it: workers balancing at the
-        # same moment then mostly try different rows instead of all losing on the same ones.
+        # Read a wider page than needed (highest priorities first) and take the best of it, a
+        # random part among equal priorities: workers balancing at the same moment then mostly try
+        # different rows instead of all losing on the same ones.
         need = min(step.acquire, ACQUIRE_PAGE)
         free = store.free_partitions(min(ACQUIRE_PAGE, max(2 * need, need + 8)))
-        pick = sorted(free, key=lambda _: self._rand())[:need]
+        pick = choose(free, need, self._rand)
         got = store.acquire(self.owner, pick, self.lease) if pick else []
         stolen: list[Held] = []
         if not free and allow_steal:

@@ -4,8 +4,8 @@
 -- time zone cannot shift them; intervals are bound as whole microseconds. Lists are bound as
 -- Python tuples, which PyMySQL renders as SQL lists; (id, version) pairs as tuples of tuples.
 -- There are no partial indexes: status is a leading index column instead, so the hot path
--- still reads only available rows. Indexes are declared in CREATE TABLE (no CREATE INDEX IF NOT
--- EXISTS on MySQL).
+-- still reads only available rows. Indexes are declared in CREATE TABLE (MySQL has no CREATE INDEX IF
+-- NOT EXISTS); those added later come with MariaDB's IF [NOT] EXISTS clauses, for older tables.
 
 -- name: migrate_lock
 -- DDL commits implicitly here, so a named lock (not a transaction) serialises concurrent starts.
@@ -24,12 +24,15 @@ CREATE TABLE IF NOT EXISTS {partitions} (
   lease_until DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00',
   version     BIGINT NOT NULL DEFAULT 0,
   attributes  JSON NOT NULL DEFAULT ('{}'),
+  priority    INT NOT NULL DEFAULT 0,
   created_at  DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
   updated_at  DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
   CONSTRAINT {raw_partitions_name_key} UNIQUE KEY (name),
   CONSTRAINT {raw_partitions_status_check} CHECK (status IN ('available', 'failed', 'complete')),
-  -- free or expired partitions, oldest lease first
+  -- expired leases, read backwards from now (free_partitions)
   KEY {raw_partitions_free_idx} (status, lease_until, id),
+  -- free partitions (owner IS NULL), highest priority first (descending keys: MariaDB 10.8+)
+  KEY {raw_partitions_ready_idx} (status, owner, priority DESC, lease_until, id),
   -- renewals, the claim's join and the census start from an owner
   KEY {raw_partitions_owner_idx} (owner, status, lease_until),
   -- keyset-paged listings by status
@@ -51,16 +54,31 @@ CREATE TABLE IF NOT EXISTS {items} (
   version      BIGINT NOT NULL DEFAULT 0,
   created_at   DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
   updated_at   DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),
+  priority     INT NOT NULL DEFAULT 0,
   CONSTRAINT {raw_items_status_check} CHECK (status IN ('available', 'failed', 'complete')),
-  -- the hot path: (partition, 'available', gate) is one range, in id order; finished items sit
-  -- in other ranges and are never stepped over. Also serves the failed-items probes.
-  KEY {raw_items_open_idx} (partition_id, status, gate, id),
+  -- the hot path: (partition, 'available', gate) is one range, highest priority first, then in
+  -- id order (descending keys: MariaDB 10.8+); finished items sit in other ranges and are never
+  -- stepped over. Also serves the failed-items probes.
+  KEY {raw_items_claim_idx} (partition_id, status, gate, priority DESC, id),
   -- retry/resolve across all partitions
   KEY {raw_items_failed_idx} (status, partition_id),
   -- listings of one partition's items
   KEY {raw_items_partition_idx} (partition_id, id),
   CONSTRAINT {raw_items_partition_fk} FOREIGN KEY (partition_id) REFERENCES {partitions} (id) ON DELETE CASCADE
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4
+
+-- name: has_column
+-- Asked before adding a column, so that a start where nothing is missing runs no ALTER TABLE.
+SELECT count(*) FROM information_schema.columns
+WHERE table_schema = COALESCE(%(schema)s, DATABASE()) AND table_name = %(table)s AND column_name = %(column)s
+
+-- name: add_partitions_priority
+-- Added with priorities: tables created before them get the column here (MariaDB's IF NOT
+-- EXISTS; MySQL has none — the feed needs MariaDB 10.6+ anyway).
+ALTER TABLE {partitions} ADD COLUMN IF NOT EXISTS priority INT NOT NULL DEFAULT 0
+
+-- name: add_items_priority
+ALTER TABLE {items} ADD COLUMN IF NOT EXISTS priority INT NOT NULL DEFAULT 0
 
 -- name: index_partitions_free
 -- Declared in create_partitions.
@@ -69,6 +87,10 @@ SELECT 1
 -- name: index_partitions_owner
 -- Declared in create_partitions.
 SELECT 1
+
+-- name: index_partitions_ready
+-- Declared in create_partitions; tables from before priorities get it here.
+CREATE INDEX IF NOT EXISTS {raw_partitions_ready_idx} ON {partitions} (status, owner, priority DESC, lease_until, id)
 
 -- name: index_partitions_scheduled
 -- Not used here: only next_due (PostgreSQL wake-ups) looks for the next scheduled partition.
@@ -79,8 +101,13 @@ SELECT 1
 SELECT 1
 
 -- name: index_items_open
--- Declared in create_items.
-SELECT 1
+-- Tables from before priorities had (partition_id, status, gate, id); the claim index below does
+-- its work (the foreign key keeps items_partition_idx), so it goes.
+DROP INDEX IF EXISTS {raw_items_open_idx} ON {items}
+
+-- name: index_items_claim
+-- Declared in create_items; tables from before priorities get it here.
+CREATE INDEX IF NOT EXISTS {raw_items_claim_idx} ON {items} (partition_id, status, gate, priority DESC, id)
 
 -- name: index_items_failed
 -- Declared in create_items.
@@ -96,20 +123,20 @@ SELECT COALESCE(%(at)s, UTC_TIMESTAMP(6) + INTERVAL %(delay_us)s MICROSECOND)
 
 -- name: insert_partition
 -- Scheduled: free, with lease_until at not_before (see postgres.sql); else the epoch.
-INSERT INTO {partitions} (name, gate, attributes, lease_until)
-VALUES (%(name)s, %(gate)s, %(attributes)s, COALESCE(%(lease_until)s, '1970-01-01 00:00:00'))
+INSERT INTO {partitions} (name, gate, attributes, lease_until, priority)
+VALUES (%(name)s, %(gate)s, %(attributes)s, COALESCE(%(lease_until)s, '1970-01-01 00:00:00'), %(priority)s)
 RETURNING id
 
 -- name: insert_items
 -- Run with executemany: PyMySQL folds it into multi-row INSERTs (one round trip per ~1 MB).
-INSERT INTO {items} (partition_id, gate, data) VALUES (%(partition_id)s, %(gate)s, %(data)s)
+INSERT INTO {items} (partition_id, gate, data, priority) VALUES (%(partition_id)s, %(gate)s, %(data)s, %(priority)s)
 
 -- name: insert_items_at
 -- Items with a not_before: it is their available_at (see postgres.sql), computed once by
 -- scheduled_at and bound here as a plain value — placeholders only, so PyMySQL still folds the
 -- executemany into multi-row INSERTs (an expression in VALUES would cost a round trip per row).
-INSERT INTO {items} (partition_id, gate, data, available_at)
-VALUES (%(partition_id)s, %(gate)s, %(data)s, %(available_at)s)
+INSERT INTO {items} (partition_id, gate, data, available_at, priority)
+VALUES (%(partition_id)s, %(gate)s, %(data)s, %(available_at)s, %(priority)s)
 
 -- name: lock_partition
 SELECT id, status, gate, version FROM {partitions} WHERE name = %(name)s FOR UPDATE
@@ -119,20 +146,20 @@ UPDATE {partitions} SET status = 'available', version = version + 1, updated_at 
 WHERE id = %(id)s AND version = %(version)s
 
 -- name: partition_by_name
-SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at
+SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at, priority
 FROM {partitions} WHERE name = %(name)s
 
 -- name: partitions_page
-SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at
+SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at, priority
 FROM {partitions} WHERE id > %(after)s ORDER BY id LIMIT %(limit)s
 
 -- name: partitions_page_by_status
-SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at
+SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at, priority
 FROM {partitions} WHERE status = %(status)s AND id > %(after)s ORDER BY status, id LIMIT %(limit)s
 
 -- name: items_page
 SELECT id, partition_id, gate, status, attempts, available_at, data, result, last_error, version, created_at,
-       updated_at
+       updated_at, priority
 FROM {items} WHERE partition_id = %(partition_id)s AND id > %(after)s ORDER BY partition_id, id LIMIT %(limit)s
 
 -- name: renew
@@ -153,9 +180,18 @@ SELECT count(*) FROM {partitions}
 WHERE status = 'available' AND (owner IS NOT NULL OR lease_until <= UTC_TIMESTAMP(6))
 
 -- name: free_partitions
-SELECT id, version FROM {partitions}
-WHERE status = 'available' AND lease_until <= UTC_TIMESTAMP(6)
-ORDER BY lease_until, id LIMIT %(limit)s
+-- Free partitions by priority (ready index), merged with expired leases read backwards from now
+-- (free index); see postgres.sql.
+SELECT id, version, priority FROM (
+  (SELECT id, version, priority, lease_until FROM {partitions}
+   WHERE status = 'available' AND owner IS NULL AND lease_until <= UTC_TIMESTAMP(6)
+   ORDER BY priority DESC, lease_until, id LIMIT %(limit)s)
+  UNION ALL
+  (SELECT id, version, priority, lease_until FROM {partitions}
+   WHERE status = 'available' AND owner IS NOT NULL AND lease_until <= UTC_TIMESTAMP(6)
+     AND lease_until > '1970-01-01 00:00:00'
+   ORDER BY lease_until DESC, id DESC LIMIT %(limit)s)
+) AS free ORDER BY priority DESC, lease_until, id LIMIT %(limit)s
 
 -- name: acquire_lock
 -- Step one of a take, in a short transaction: lock the free partitions read above that are
@@ -196,9 +232,14 @@ WHERE id IN %(ids)s AND owner = %(owner)s
 -- name: claim
 -- No UPDATE … RETURNING here: select-and-lock up to `limit` claimable items in a short
 -- transaction (SKIP LOCKED: never wait behind another transaction), then `claim_mark` them.
+-- No ORDER BY: MySQL sorts (and, FOR UPDATE, locks) every joined row for an ORDER BY that spans
+-- two tables. The join instead reads each partition's items from the claim index, in its order:
+-- highest priority first, then by id. FORCE INDEX, because on small tables the optimizer may
+-- prefer items_partition_idx (id order, priorities ignored); the order needs descending index
+-- keys (MariaDB 10.8+; earlier ones parse DESC and build the key ascending).
 SELECT c.id, c.partition_id, c.gate, c.data, c.attempts, c.version
 FROM {partitions} AS p
-JOIN {items} AS c ON c.partition_id = p.id AND c.status = 'available' AND c.gate = p.gate
+JOIN {items} AS c FORCE INDEX ({raw_items_claim_idx}) ON c.partition_id = p.id AND c.status = 'available' AND c.gate = p.gate
 WHERE p.owner = %(owner)s AND p.status = 'available' AND p.lease_until > UTC_TIMESTAMP(6)
   AND c.available_at <= UTC_TIMESTAMP(6)
 LIMIT %(limit)s
@@ -278,6 +319,13 @@ WHERE status = 'failed' AND (%(partition_id)s IS NULL OR partition_id = %(partit
 
 -- name: status_partitions
 SELECT status, gate, count(*) FROM {partitions} GROUP BY status, gate ORDER BY status, gate LIMIT 200
+
+-- name: status_priorities
+-- Open work by priority (see postgres.sql).
+SELECT 'partitions', priority, count(*) FROM {partitions} WHERE status = 'available' GROUP BY priority
+UNION ALL
+SELECT 'items', priority, count(*) FROM {items} WHERE status = 'available' GROUP BY priority
+ORDER BY 1, 2 DESC LIMIT 200
 
 -- name: status_items
 -- By status and gate: what waits at which gate (few gates per feed, so few rows).

@@ -34,6 +34,7 @@ CREATE TABLE IF NOT EXISTS {partitions} (
   lease_until TIMESTAMPTZ NOT NULL DEFAULT '1970-01-01 00:00:00+00',
   version     BIGINT NOT NULL DEFAULT 0,
   attributes  JSONB NOT NULL DEFAULT '{}',
+  priority    INTEGER NOT NULL DEFAULT 0,
   created_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
   updated_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
   CONSTRAINT {raw_partitions_name_key} UNIQUE (name),
@@ -58,8 +59,25 @@ CREATE TABLE IF NOT EXISTS {items} (
   version      BIGINT NOT NULL DEFAULT 0,
   created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
   updated_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+  priority     INTEGER NOT NULL DEFAULT 0,
   CONSTRAINT {raw_items_status_check} CHECK (status IN ('available', 'failed', 'complete'))
 ) WITH (fillfactor = 80)
+
+-- name: add_partitions_priority
+-- Added with priorities: tables created before them get the column here (a constant default is
+-- a catalogue change in PostgreSQL 11+, no table rewrite). Run only when has_column says it is
+-- missing, and before any statement of the migration takes a weaker lock on the table (a lock
+-- upgrade inside the migration's transaction could deadlock with a producer's).
+ALTER TABLE {partitions} ADD COLUMN IF NOT EXISTS priority INTEGER NOT NULL DEFAULT 0
+
+-- name: add_items_priority
+ALTER TABLE {items} ADD COLUMN IF NOT EXISTS priority INTEGER NOT NULL DEFAULT 0
+
+-- name: has_column
+-- Asked before adding a column: ALTER TABLE takes an ACCESS EXCLUSIVE lock on the table even when
+-- IF NOT EXISTS then finds the column, and every worker and producer migrates when it starts.
+SELECT count(*) FROM pg_attribute
+WHERE attrelid = to_regclass(%(qualified)s) AND attname = %(column)s AND NOT attisdropped
 
 -- name: index_partitions_free
 -- Finding free or expired partitions: a range scan up to now(), oldest lease first. Partial:
@@ -70,6 +88,15 @@ CREATE INDEX IF NOT EXISTS {raw_partitions_free_idx} ON {partitions} (lease_unti
 -- Renewals, the claim's join and the census all start from "partitions this owner holds";
 -- lease_until in the key lets the claim check the lease inside the index.
 CREATE INDEX IF NOT EXISTS {raw_partitions_owner_idx} ON {partitions} (owner, lease_until) WHERE status = 'available'
+
+-- name: index_partitions_ready
+-- free_partitions, first part: free partitions (never leased, released) highest priority first,
+-- oldest first within a priority, read in index order and LIMITed (no sort). Free only (owner IS
+-- NULL): the leases workers hold are not in it, so a worker looking for work never steps over
+-- them; a partition scheduled for later is (free, lease_until ahead) and is stepped over as an
+-- index entry. Expired leases are found through the free index (free_partitions).
+CREATE INDEX IF NOT EXISTS {raw_partitions_ready_idx} ON {partitions} (priority DESC, lease_until, id)
+WHERE status = 'available' AND owner IS NULL
 
 -- name: index_partitions_scheduled
 -- next_due: the first free partition scheduled for later, one probe past now(). Free partitions
@@ -83,10 +110,16 @@ WHERE status = 'available' AND owner IS NULL
 CREATE INDEX IF NOT EXISTS {raw_partitions_status_idx} ON {partitions} (status, id)
 
 -- name: index_items_open
--- The hot path: claimable items of a partition at its gate, in id order. Partial, so finished
--- items leave the index and workers never step over them; also answers "is the gate open" and
--- "what is the next gate" with an index probe.
-CREATE INDEX IF NOT EXISTS {raw_items_open_idx} ON {items} (partition_id, gate, id) WHERE status = 'available'
+-- Tables from before priorities had the open index without them, (partition_id, gate, id). Its
+-- successor below answers everything it did, so it goes: one index fewer to write per item.
+DROP INDEX IF EXISTS {old_items_open_idx}
+
+-- name: index_items_claim
+-- The hot path: claimable items of a partition at its gate, highest priority first, then in id
+-- order (FIFO). Partial, so finished items leave the index and workers never step over them;
+-- also answers "is the gate open" and "what is the next gate" with an index probe.
+CREATE INDEX IF NOT EXISTS {raw_items_claim_idx} ON {items} (partition_id, gate, priority DESC, id)
+WHERE status = 'available'
 
 -- name: index_items_failed
 -- Failed items block their partition: found by retry/resolve and the gate check.
@@ -109,20 +142,23 @@ SELECT COALESCE(%(at)s::timestamptz, now() + %(delay)s::float8 * interval '1 sec
 -- Scheduled (not_before): the partition starts free with its lease_until at that instant, so the
 -- free-partition scan (lease_until <= now()) passes over it until then — no column of its own,
 -- nothing added to the scan. Unscheduled (NULL): the epoch, like any free partition.
-INSERT INTO {partitions} (name, gate, attributes, lease_until)
-VALUES (%(name)s, %(gate)s, %(attributes)s::jsonb, COALESCE(%(lease_until)s::timestamptz, '1970-01-01 00:00:00+00'))
+INSERT INTO {partitions} (name, gate, attributes, lease_until, priority)
+VALUES (%(name)s, %(gate)s, %(attributes)s::jsonb, COALESCE(%(lease_until)s::timestamptz, '1970-01-01 00:00:00+00'),
+        %(priority)s)
 RETURNING id
 
 -- name: insert_items
--- One statement per chunk of rows, whatever its size: arrays unnested server-side.
-INSERT INTO {items} (partition_id, gate, data)
-SELECT * FROM unnest(%(partition_ids)s::bigint[], %(gates)s::int[], %(datas)s::bytea[])
+-- One statement per chunk of rows, whatever its size: arrays unnested server-side. One priority
+-- for the chunk (the items of one add share it).
+INSERT INTO {items} (partition_id, gate, data, priority)
+SELECT t.partition_id, t.gate, t.data, %(priority)s
+FROM unnest(%(partition_ids)s::bigint[], %(gates)s::int[], %(datas)s::bytea[]) AS t(partition_id, gate, data)
 
 -- name: insert_items_at
 -- Items with a not_before: available_at is the column retries and claims already use, so the
 -- claim skips them until then (same index, same condition) and status counts them as not ready.
-INSERT INTO {items} (partition_id, gate, data, available_at)
-SELECT t.partition_id, t.gate, t.data, %(available_at)s::timestamptz
+INSERT INTO {items} (partition_id, gate, data, available_at, priority)
+SELECT t.partition_id, t.gate, t.data, %(available_at)s::timestamptz, %(priority)s
 FROM unnest(%(partition_ids)s::bigint[], %(gates)s::int[], %(datas)s::bytea[]) AS t(partition_id, gate, data)
 
 -- name: lock_partition
@@ -137,28 +173,28 @@ UPDATE {partitions} SET status = 'available', version = version + 1, updated_at 
 WHERE id = %(id)s AND version = %(version)s
 
 -- name: partition_by_name
-SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at
+SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at, priority
 FROM {partitions} WHERE name = %(name)s
 
 -- name: partitions_page
 -- Keyset paging: bounded result sets whatever the table's size.
-SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at
+SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at, priority
 FROM {partitions} WHERE id > %(after)s ORDER BY id LIMIT %(limit)s
 
 -- name: partitions_page_by_status
-SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at
+SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at, priority
 FROM {partitions} WHERE status = %(status)s AND id > %(after)s ORDER BY status, id LIMIT %(limit)s
 
 -- name: items_page
 -- Open and finished items live in different partial indexes: page through each, then merge.
 SELECT * FROM (
   (SELECT id, partition_id, gate, status, attempts, available_at, data, result, last_error, version, created_at,
-          updated_at
+          updated_at, priority
    FROM {items} WHERE partition_id = %(partition_id)s AND status = 'available' AND id > %(after)s
    ORDER BY id LIMIT %(limit)s)
   UNION ALL
   (SELECT id, partition_id, gate, status, attempts, available_at, data, result, last_error, version, created_at,
-          updated_at
+          updated_at, priority
    FROM {items} WHERE partition_id = %(partition_id)s AND status <> 'available' AND id > %(after)s
    ORDER BY id LIMIT %(limit)s)
 ) AS page ORDER BY id LIMIT %(limit)s
@@ -191,11 +227,23 @@ GROUP BY owner
 SELECT count(*) FROM {partitions} WHERE status = 'available' AND (owner IS NOT NULL OR lease_until <= now())
 
 -- name: free_partitions
--- One page of free or expired partitions (never an unbounded list). The version is read so
--- that the take below is optimistic: whoever updates first wins, the others match 0 rows.
-SELECT id, version FROM {partitions}
-WHERE status = 'available' AND lease_until <= now()
-ORDER BY lease_until, id LIMIT %(limit)s
+-- One page of free or expired partitions (never an unbounded list), highest priority first. The
+-- version is read so that the take below is optimistic: whoever updates first wins, the others
+-- match 0 rows. Two ordered, LIMITed index scans, merged: free partitions by priority (the ready
+-- index: held leases are not in it), and expired leases (a dead worker's) through the free index,
+-- newest expiry first — read backwards from now() that range holds only expired leases and
+-- scheduled partitions come due, never the free ones at the epoch that the first part reads.
+-- The final sort is of at most 2 × limit rows.
+SELECT id, version, priority FROM (
+  (SELECT id, version, priority, lease_until FROM {partitions}
+   WHERE status = 'available' AND owner IS NULL AND lease_until <= now()
+   ORDER BY priority DESC, lease_until, id LIMIT %(limit)s)
+  UNION ALL
+  (SELECT id, version, priority, lease_until FROM {partitions}
+   WHERE status = 'available' AND owner IS NOT NULL AND lease_until <= now()
+     AND lease_until > '1970-01-01 00:00:00+00'
+   ORDER BY lease_until DESC, id DESC LIMIT %(limit)s)
+) AS free ORDER BY priority DESC, lease_until, id LIMIT %(limit)s
 
 -- name: acquire_lock
 -- Not used here: `acquire` locks and takes in one statement (MySQL needs two).
@@ -252,19 +300,24 @@ WHERE id = ANY(%(ids)s) AND owner = %(owner)s
 -- The hot path: one statement claims up to `limit` items at the current gate of partitions we
 -- hold (lease checked by the database clock). The claim bumps version (completions must match
 -- it), counts the attempt and hides the item until available_at, its claim lease. SKIP LOCKED:
--- never queue behind another transaction's row lock. No ORDER BY: the nested loop over our
--- partitions yields a partition's items in index order and stops at the limit, instead of
--- sorting every open item we hold.
+-- never queue behind another transaction's row lock. Per partition (LATERAL), items in the claim
+-- index's order — highest priority first, then FIFO by id — read in index order and stopped at
+-- the limit: the ORDER BY is the index's own, so nothing is sorted, and the partitions are taken
+-- one after another instead of sorting every open item we hold.
 UPDATE {items} AS i
 SET version = i.version + 1, attempts = i.attempts + 1,
     available_at = now() + %(lease)s * interval '1 second'
 FROM (
   SELECT c.id FROM {partitions} AS p
-  JOIN {items} AS c ON c.partition_id = p.id AND c.gate = p.gate AND c.status = 'available'
+  CROSS JOIN LATERAL (
+    SELECT o.id FROM {items} AS o
+    WHERE o.partition_id = p.id AND o.gate = p.gate AND o.status = 'available' AND o.available_at <= now()
+    ORDER BY o.priority DESC, o.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+  ) AS c
   WHERE p.owner = %(owner)s AND p.status = 'available' AND p.lease_until > now()
-    AND c.available_at <= now()
   LIMIT %(limit)s
-  FOR UPDATE OF c SKIP LOCKED
 ) AS picked
 WHERE i.id = picked.id
 RETURNING i.id, i.partition_id, i.gate, i.data, i.attempts, i.version
@@ -358,6 +411,14 @@ WHERE status = 'failed' AND (%(partition_id)s::bigint IS NULL OR partition_id = 
 
 -- name: status_partitions
 SELECT status, gate, count(*) FROM {partitions} GROUP BY status, gate ORDER BY status, gate LIMIT 200
+
+-- name: status_priorities
+-- Open work by priority (few distinct priorities per feed, so few rows): partitions not closed,
+-- and items not finished.
+SELECT 'partitions', priority, count(*) FROM {partitions} WHERE status = 'available' GROUP BY priority
+UNION ALL
+SELECT 'items', priority, count(*) FROM {items} WHERE status = 'available' GROUP BY priority
+ORDER BY 1, 2 DESC LIMIT 200
 
 -- name: status_items
 -- By status and gate: what waits at which gate (few gates per feed, so few rows).

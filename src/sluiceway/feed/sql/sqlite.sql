@@ -23,6 +23,7 @@ CREATE TABLE IF NOT EXISTS {partitions} (
   lease_until TEXT NOT NULL DEFAULT '1970-01-01T00:00:00.000',
   version     INTEGER NOT NULL DEFAULT 0,
   attributes  TEXT NOT NULL DEFAULT '{}',
+  priority    INTEGER NOT NULL DEFAULT 0,
   created_at  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%f', 'now')),
   updated_at  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%f', 'now')),
   CONSTRAINT {raw_partitions_name_key} UNIQUE (name)
@@ -42,8 +43,20 @@ CREATE TABLE IF NOT EXISTS {items} (
   last_error   TEXT,
   version      INTEGER NOT NULL DEFAULT 0,
   created_at   TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%f', 'now')),
-  updated_at   TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%f', 'now'))
+  updated_at   TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%f', 'now')),
+  priority     INTEGER NOT NULL DEFAULT 0
 )
+
+-- name: has_column
+-- SQLite has no ADD COLUMN IF NOT EXISTS: the migration asks before adding a column.
+SELECT count(*) FROM pragma_table_info(:table, COALESCE(:schema, 'main')) WHERE name = :column
+
+-- name: add_partitions_priority
+-- Added with priorities (run only when the column is missing, see has_column).
+ALTER TABLE {partitions} ADD COLUMN priority INTEGER NOT NULL DEFAULT 0
+
+-- name: add_items_priority
+ALTER TABLE {items} ADD COLUMN priority INTEGER NOT NULL DEFAULT 0
 
 -- name: index_partitions_free
 -- Free or expired partitions: one ordered range scan (partial: only available partitions).
@@ -51,6 +64,11 @@ CREATE INDEX IF NOT EXISTS {raw_partitions_free_idx} ON {partitions} (lease_unti
 
 -- name: index_partitions_owner
 CREATE INDEX IF NOT EXISTS {raw_partitions_owner_idx} ON {partitions} (owner, lease_until) WHERE status = 'available'
+
+-- name: index_partitions_ready
+-- Free partitions, highest priority first (see postgres.sql).
+CREATE INDEX IF NOT EXISTS {raw_partitions_ready_idx} ON {partitions} (priority DESC, lease_until, id)
+WHERE status = 'available' AND owner IS NULL
 
 -- name: index_partitions_scheduled
 -- Not used here: only next_due (PostgreSQL wake-ups) looks for the next scheduled partition.
@@ -60,8 +78,13 @@ SELECT 1
 CREATE INDEX IF NOT EXISTS {raw_partitions_status_idx} ON {partitions} (status, id)
 
 -- name: index_items_open
--- The hot path; partial, so finished items are never stepped over.
-CREATE INDEX IF NOT EXISTS {raw_items_open_idx} ON {items} (partition_id, gate, id) WHERE status = 'available'
+-- The open index from before priorities: its successor below does its work (see postgres.sql).
+DROP INDEX IF EXISTS {old_items_open_idx}
+
+-- name: index_items_claim
+-- The hot path, highest priority first then FIFO; partial, so finished items are never stepped over.
+CREATE INDEX IF NOT EXISTS {raw_items_claim_idx} ON {items} (partition_id, gate, priority DESC, id)
+WHERE status = 'available'
 
 -- name: index_items_failed
 CREATE INDEX IF NOT EXISTS {raw_items_failed_idx} ON {items} (partition_id) WHERE status = 'failed'
@@ -76,17 +99,18 @@ SELECT COALESCE(:at, strftime('%Y-%m-%dT%H:%M:%f', 'now', :delay_mod))
 
 -- name: insert_partition
 -- Scheduled: free, with lease_until at not_before (see postgres.sql); else the epoch.
-INSERT INTO {partitions} (name, gate, attributes, lease_until)
-VALUES (:name, :gate, :attributes, COALESCE(:lease_until, '1970-01-01T00:00:00.000'))
+INSERT INTO {partitions} (name, gate, attributes, lease_until, priority)
+VALUES (:name, :gate, :attributes, COALESCE(:lease_until, '1970-01-01T00:00:00.000'), :priority)
 RETURNING id
 
 -- name: insert_items
 -- Run with executemany inside the caller's transaction (in-process: no round trips to save).
-INSERT INTO {items} (partition_id, gate, data) VALUES (:partition_id, :gate, :data)
+INSERT INTO {items} (partition_id, gate, data, priority) VALUES (:partition_id, :gate, :data, :priority)
 
 -- name: insert_items_at
 -- Items with a not_before: it is their available_at (see postgres.sql).
-INSERT INTO {items} (partition_id, gate, data, available_at) VALUES (:partition_id, :gate, :data, :available_at)
+INSERT INTO {items} (partition_id, gate, data, available_at, priority)
+VALUES (:partition_id, :gate, :data, :available_at, :priority)
 
 -- name: lock_partition
 -- The transaction began IMMEDIATE: it already holds the write lock, so this read is stable.
@@ -98,15 +122,15 @@ UPDATE {partitions} SET status = 'available', version = version + 1,
 WHERE id = :id AND version = :version
 
 -- name: partition_by_name
-SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at
+SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at, priority
 FROM {partitions} WHERE name = :name
 
 -- name: partitions_page
-SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at
+SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at, priority
 FROM {partitions} WHERE id > :after ORDER BY id LIMIT :limit
 
 -- name: partitions_page_by_status
-SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at
+SELECT id, name, status, gate, owner, lease_until, version, attributes, created_at, updated_at, priority
 FROM {partitions} WHERE status = :status AND id > :after ORDER BY status, id LIMIT :limit
 
 -- name: items_page
@@ -114,13 +138,13 @@ FROM {partitions} WHERE status = :status AND id > :after ORDER BY status, id LIM
 SELECT * FROM (
   SELECT * FROM (
     SELECT id, partition_id, gate, status, attempts, available_at, data, result, last_error, version, created_at,
-           updated_at
+           updated_at, priority
     FROM {items} WHERE partition_id = :partition_id AND status = 'available' AND id > :after
     ORDER BY id LIMIT :limit)
   UNION ALL
   SELECT * FROM (
     SELECT id, partition_id, gate, status, attempts, available_at, data, result, last_error, version, created_at,
-           updated_at
+           updated_at, priority
     FROM {items} WHERE partition_id = :partition_id AND status <> 'available' AND id > :after
     ORDER BY id LIMIT :limit)
 ) ORDER BY id LIMIT :limit
@@ -144,9 +168,20 @@ SELECT count(*) FROM {partitions}
 WHERE status = 'available' AND (owner IS NOT NULL OR lease_until <= strftime('%Y-%m-%dT%H:%M:%f', 'now'))
 
 -- name: free_partitions
-SELECT id, version FROM {partitions}
-WHERE status = 'available' AND lease_until <= strftime('%Y-%m-%dT%H:%M:%f', 'now')
-ORDER BY lease_until, id LIMIT :limit
+-- Free partitions by priority (ready index), merged with expired leases read backwards from now
+-- (free index); see postgres.sql.
+SELECT id, version, priority FROM (
+  SELECT * FROM (
+    SELECT id, version, priority, lease_until FROM {partitions}
+    WHERE status = 'available' AND owner IS NULL AND lease_until <= strftime('%Y-%m-%dT%H:%M:%f', 'now')
+    ORDER BY priority DESC, lease_until, id LIMIT :limit)
+  UNION ALL
+  SELECT * FROM (
+    SELECT id, version, priority, lease_until FROM {partitions}
+    WHERE status = 'available' AND owner IS NOT NULL AND lease_until <= strftime('%Y-%m-%dT%H:%M:%f', 'now')
+      AND lease_until > '1970-01-01T00:00:00.000'
+    ORDER BY lease_until DESC, id DESC LIMIT :limit)
+) ORDER BY priority DESC, lease_until, id LIMIT :limit
 
 -- name: acquire_lock
 -- Not used here: `acquire` locks and takes in one statement (MySQL needs two).
@@ -182,7 +217,10 @@ SET owner = NULL, lease_until = '1970-01-01T00:00:00.000', version = version + 1
 WHERE id IN (SELECT value FROM json_each(:ids)) AND owner = :owner
 
 -- name: claim
--- One atomic statement (SQLite 3.35+ RETURNING) under the write lock; see postgres.sql.
+-- One atomic statement (SQLite 3.35+ RETURNING) under the write lock; see postgres.sql. The
+-- ORDER BY is the order the loop already yields, so nothing is sorted: our partitions from the
+-- owner index (owner, lease_until, then rowid, as every SQLite index entry ends), and within each
+-- the claim index — highest priority first, then FIFO by id.
 UPDATE {items}
 SET version = version + 1, attempts = attempts + 1,
     available_at = strftime('%Y-%m-%dT%H:%M:%f', 'now', :lease_mod)
@@ -191,6 +229,7 @@ WHERE id IN (
   JOIN {items} AS c ON c.partition_id = p.id AND c.gate = p.gate AND c.status = 'available'
   WHERE p.owner = :owner AND p.status = 'available' AND p.lease_until > strftime('%Y-%m-%dT%H:%M:%f', 'now')
     AND c.available_at <= strftime('%Y-%m-%dT%H:%M:%f', 'now')
+  ORDER BY p.lease_until, p.id, c.priority DESC, c.id
   LIMIT :limit
 )
 RETURNING id, partition_id, gate, data, attempts, version
@@ -268,6 +307,13 @@ WHERE status = 'failed' AND (:partition_id IS NULL OR partition_id = :partition_
 
 -- name: status_partitions
 SELECT status, gate, count(*) FROM {partitions} GROUP BY status, gate ORDER BY status, gate LIMIT 200
+
+-- name: status_priorities
+-- Open work by priority (see postgres.sql).
+SELECT 'partitions', priority, count(*) FROM {partitions} WHERE status = 'available' GROUP BY priority
+UNION ALL
+SELECT 'items', priority, count(*) FROM {items} WHERE status = 'available' GROUP BY priority
+ORDER BY 1, 2 DESC LIMIT 200
 
 -- name: status_items
 -- By status and gate: what waits at which gate (few gates per feed, so few rows).
