@@ -6,7 +6,7 @@ Conventions in the Markdown (an HTML comment on the line before a fenced block):
 * ```python — executed; the blocks of one page share a namespace;
 * ```sql — executed on a scratch PostgreSQL database that has an outbox (``sluice outbox init``);
 * ``<!-- file: NAME -->`` before a block writes it to NAME in the page's working directory;
-* ``<!-- validate: harvest|pipeline -->`` before a YAML block validates it as that configuration;
+* ``<!-- validate: harvest|pipeline|capture -->`` before a YAML block validates it as that configuration;
 * ``<!-- prints: TEXT -->`` before a console or python block runs it and checks that what it
   printed holds TEXT (an example that promises output must show it);
 * ``<!-- not-run: why; covered by tests/… -->`` skips a block that needs something a page cannot
@@ -144,6 +144,10 @@ def validate(block: Block, kind: str) -> None:
         PipelineSpec.from_dict(
             data, env={"KAFKA": "127.0.0.1:9092", "PG": "postgresql://postgres@127.0.0.1/app"}
         )
+    elif kind == "capture":
+        from sluiceway.capture import CaptureConfig
+
+        CaptureConfig.from_dict(data)
     else:
         raise AssertionError(f"{block.page.name}:{block.line}: unknown validate kind {kind!r}")
 
