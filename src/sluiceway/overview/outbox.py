@@ -1,5 +1,5 @@
 """An outbox as the operator sees it: its backlog and leader, the rows at its head, its dead
-letters. Reads only (``outbox stats``, the lease by :func:`~sluiceway.election.lease.inspect_lease`);
+letters. Reads only (``outbox stats``, the lease by :func:`~sluiceway.overview.leases.leader_of`);
 retrying or resolving a dead letter is an action (:mod:`sluiceway.overview.actions`).
 """
 
@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluiceway.db import Database, QuerySet
-from sluiceway.election.lease import inspect_lease
 from sluiceway.outbox import OutboxLayout, discover, outbox_stats
+from sluiceway.overview.leases import leader_of
 from sluiceway.overview.values import iso, preview
 from sluiceway.overview.workspace import OutboxWatch
 
@@ -23,17 +23,7 @@ def outbox_status(db: Database, watch: OutboxWatch) -> dict[str, Any]:
     """The figures of ``sluice status`` for one outbox (see docs/operations.md for each field)."""
     layout = discover(db, watch.table)
     stats = outbox_stats(db, layout)
-    leader = None
-    if watch.election is not None:
-        lease = inspect_lease(db, watch.election, watch.lease_table)
-        if lease is not None and lease.holder is not None:
-            leader = {
-                "election": watch.election,
-                "holder": lease.holder,
-                "epoch": lease.epoch,
-                "term_seconds": lease.term,
-                "expires_in_seconds": lease.remaining,
-            }
+    leader = None if watch.election is None else leader_of(db, watch.election, watch.lease_table)
     return {
         "table": layout.table,
         "rows": stats.rows,
