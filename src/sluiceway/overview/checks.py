@@ -1,8 +1,9 @@
 """Whether something is stuck: the workspace's thresholds applied to a status report.
 
 Pure functions over the report's entries (no I/O), so every rule is tested on hand-made figures.
-An entry is ``unavailable`` when it could not be read, ``stuck`` when a threshold is crossed or a
-pipeline sink has failed, else ``ok``; ``problems`` says why, one line each.
+An entry is ``unavailable`` when it could not be read, ``stuck`` when a threshold is crossed, a
+pipeline sink has failed or a capture has no slot or no leader, else ``ok``; ``problems`` says
+why, one line each.
 """
 
 from __future__ import annotations
@@ -74,11 +75,34 @@ def feed_problems(entry: dict[str, Any], checks: Checks) -> list[str]:
     return []
 
 
+def capture_problems(entry: dict[str, Any], checks: Checks) -> list[str]:
+    # A capture that never ran has no slot; one that stopped leaves its slot holding WAL and its
+    # lease to run out (a stop releases it at once). Either says the daemon is not doing its job.
+    problems = []
+    slot = entry.get("slot")
+    if slot is None:
+        problems.append(f"slot {entry.get('slot_name')} does not exist: has the capture run?")
+    else:
+        retained = slot.get("wal_retained_bytes")
+        if checks.cdc_lag_bytes is not None and retained is not None and retained > checks.cdc_lag_bytes:
+            problems.append(
+                f"slot {slot.get('slot')} retains {retained} bytes of WAL "
+                f"(threshold {checks.cdc_lag_bytes}): is sluice capture keeping up?"
+            )
+    election = entry.get("election") or {}
+    leader = entry.get("leader")
+    # The database clock decides expiry: a holder whose lease ran out holds nothing.
+    if election.get("kind") == "database" and (leader is None or leader["expires_in_seconds"] <= 0):
+        problems.append("no process holds the lease: is sluice capture running?")
+    return problems
+
+
 _RULES = {
     "outboxes": outbox_problems,
     "journals": journal_problems,
     "pipelines": pipeline_problems,
     "feeds": feed_problems,
+    "captures": capture_problems,
 }
 
 

@@ -1,12 +1,13 @@
 """One view of every part: the figures of ``sluice status`` (and of ``sluice ui``'s ``/api/status``).
 
 :func:`collect` reads each watched thing the way its own command does — ``outbox stats``,
-``journal info``, ``pipeline status`` (checkpoints and state files, no Spark), ``feed status`` —
-and returns one JSON-ready object with the keys ``outboxes``, ``journals``, ``pipelines`` and
-``feeds``. Each entry has a ``name``, a ``health`` (``ok``, ``stuck`` or ``unavailable``), the
-``problems`` behind it (:mod:`sluiceway.overview.checks`) and an ``error`` when it could not be
-read; the other fields are then ``null``, so the shape never changes. The fields are a public
-interface, documented in docs/operations.md.
+``journal info``, ``pipeline status`` (checkpoints and state files, no Spark), ``feed status``, a
+capture's slot, lease and state files — and returns one JSON-ready object with the keys
+``outboxes``, ``journals``, ``pipelines``, ``feeds`` and ``captures``. Each entry has a ``name``,
+a ``health`` (``ok``, ``stuck`` or ``unavailable``), the ``problems`` behind it
+(:mod:`sluiceway.overview.checks`) and an ``error`` when it could not be read; the other fields
+are then ``null``, so the shape never changes. The fields are a public interface, documented in
+docs/operations.md.
 """
 
 from __future__ import annotations
@@ -26,11 +27,22 @@ from sluiceway.overview.workspace import FeedWatch, JournalWatch, NotWatchedErro
 
 log = logging.getLogger("sluiceway.overview")
 
-KINDS = ("outboxes", "journals", "pipelines", "feeds")
+KINDS = ("outboxes", "journals", "pipelines", "feeds", "captures")
 
 _OUTBOX_FIELDS = ("table", "rows", "oldest_age_seconds", "in_flight", "dead_letters", "leader")
 _JOURNAL_FIELDS = ("path", "head", "start", "segments", "bytes", "consumers")
 _PIPELINE_FIELDS = ("spec", "source", "sinks", "cdc")
+_CAPTURE_FIELDS = (
+    "file",
+    "destination",
+    "slot_name",
+    "election",
+    "state_dir",
+    "slot",
+    "leader",
+    "published_lsn",
+    "tables",
+)
 _FEED_FIELDS = (
     "prefix",
     "partitions",
@@ -162,9 +174,28 @@ def feed_entry(watch: FeedWatch) -> dict[str, Any]:
     return _entry(watch.name, _FEED_FIELDS, read, prefix=watch.prefix)
 
 
+def capture_entry(path: str) -> dict[str, Any]:
+    """A ``sluice capture`` named by its file (``capture.name``): read, never changed."""
+    from sluiceway.capture import CaptureConfig
+    from sluiceway.overview.capture import capture_settings, capture_status
+
+    try:
+        config: CaptureConfig | None = CaptureConfig.from_file(path)
+    except Exception:  # reported by read() below, under the file's name
+        config = None
+    name = Path(path).stem if config is None else config.capture.name
+    known = {"file": path} if config is None else capture_settings(config, path)
+
+    def read() -> dict[str, Any]:
+        return capture_status(config or CaptureConfig.from_file(path))
+
+    return _entry(name, _CAPTURE_FIELDS, read, **known)
+
+
 def collect(workspace: Workspace) -> dict[str, Any]:
     """Read everything the workspace watches; one object with the keys ``outboxes``,
-    ``journals``, ``pipelines``, ``feeds`` (and ``generated_at``), health judged by its checks.
+    ``journals``, ``pipelines``, ``feeds``, ``captures`` (and ``generated_at``), health judged by
+    its checks.
 
     >>> collect(Workspace())["journals"]
     []
@@ -175,6 +206,7 @@ def collect(workspace: Workspace) -> dict[str, Any]:
         "journals": [journal_entry(w) for w in workspace.journals],
         "pipelines": [pipeline_entry(p) for p in workspace.pipelines],
         "feeds": [feed_entry(w) for w in workspace.feeds],
+        "captures": [capture_entry(p) for p in workspace.captures],
     }
     evaluate(report, workspace.checks)
     return report
@@ -201,11 +233,29 @@ def pipeline_spec(workspace: Workspace, name: str) -> str:
     return spec
 
 
+def capture_files(workspace: Workspace) -> dict[str, str]:
+    """Capture name → its file, for the files that parse (a name is its ``capture.name``)."""
+    from sluiceway.capture import CaptureConfig
+
+    found = {}
+    for path in workspace.captures:
+        try:
+            found[CaptureConfig.from_file(path).capture.name] = path
+        except Exception:  # an unreadable file has no name to look up; the views show its error
+            continue
+    return found
+
+
 def collect_one(workspace: Workspace, kind: str, name: str) -> dict[str, Any]:
     """The entry ``name`` of ``kind`` alone (read, checks applied); :class:`NotWatchedError` if
     the workspace has none."""
     if kind == "pipelines":
         chosen = Workspace(pipelines=[pipeline_spec(workspace, name)], checks=workspace.checks)
+    elif kind == "captures":
+        path = capture_files(workspace).get(name)
+        if path is None:
+            raise NotWatchedError(kind, name)
+        chosen = Workspace(captures=[path], checks=workspace.checks)
     else:
         entries = [w for w in getattr(workspace, kind) if w.name == name]
         chosen = Workspace.model_validate({kind: entries, "checks": workspace.checks})

@@ -1,14 +1,15 @@
-"""The workspace file, ``sluice.yaml``: which outboxes, journals, pipelines and feeds to watch, and
-the thresholds past which one of them counts as stuck.
+"""The workspace file, ``sluice.yaml``: which outboxes, journals, pipelines, feeds and captures to
+watch, and the thresholds past which one of them counts as stuck.
 
 Read at the edge like every configuration (YAML, ``${ENV}`` interpolation, validated, frozen);
-every section is optional. Relative paths (journal directories, pipeline specs, SQLite files) are
-relative to the directory ``sluice`` runs in, as everywhere else in sluiceway::
+every section is optional. Relative paths (journal directories, pipeline specs, capture files,
+SQLite files) are relative to the directory ``sluice`` runs in, as everywhere else in sluiceway::
 
     outboxes:  [{name: shop, dsn: "${PG}", table: outbox}]
     journals:  [{name: bus, path: ./data/journal}]
     pipelines: [./orders.yaml]
     feeds:     [{name: work, dsn: "sqlite:///work.db"}]
+    captures:  [./capture.yaml]
     checks:    {outbox_oldest_age: 5m, pipeline_lag: 10000, expired_leases: 0}
 """
 
@@ -28,14 +29,20 @@ from sluiceway.errors import SluicewayError
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 
 #: The kinds of things a workspace watches, as its keys name them, and one of each.
-SINGULAR = {"outboxes": "outbox", "journals": "journal", "pipelines": "pipeline", "feeds": "feed"}
+SINGULAR = {
+    "outboxes": "outbox",
+    "journals": "journal",
+    "pipelines": "pipeline",
+    "feeds": "feed",
+    "captures": "capture",
+}
 
 #: The election name a harvester uses unless its reaper.yaml names one (``harvest.name``).
 DEFAULT_ELECTION = "sluiceway"
 
 
 class NotWatchedError(SluicewayError):
-    """The workspace watches no outbox, journal, pipeline or feed by that name."""
+    """The workspace watches no outbox, journal, pipeline, feed or capture by that name."""
 
     def __init__(self, kind: str, name: str) -> None:
         self.kind = kind
@@ -100,8 +107,9 @@ class Checks(StrictModel):
     outbox_oldest_age: Duration | None = 300.0
     #: A sink is more than this many records behind its source.
     pipeline_lag: int | None = Field(10_000, ge=0)
-    #: A postgres-cdc pipeline's slot retains more than this many bytes of WAL (its capture is
-    #: behind or stopped; its sinks' lag is records of the capture's journal, as for any source).
+    #: A postgres-cdc pipeline's or a ``sluice capture``'s slot retains more than this many bytes
+    #: of WAL (the capture is behind or stopped; a pipeline's sinks' lag is records of the
+    #: capture's journal, as for any source).
     cdc_lag_bytes: int | None = Field(1 << 30, ge=0)
     #: More than this many feed partitions are held by leases that have run out.
     expired_leases: int | None = Field(0, ge=0)
@@ -125,6 +133,8 @@ class Workspace(StrictModel):
     #: Pipeline spec files; each pipeline is named by its spec.
     pipelines: list[str] = Field(default_factory=list)
     feeds: list[FeedWatch] = Field(default_factory=list)
+    #: ``sluice capture`` files (capture.yaml); each capture is named by its ``capture.name``.
+    captures: list[str] = Field(default_factory=list)
     checks: Checks = Field(default_factory=Checks)
 
     @field_validator("pipelines")
@@ -132,6 +142,13 @@ class Workspace(StrictModel):
     def _specs(cls, value: list[str]) -> list[str]:
         if len(set(value)) != len(value):
             raise ValueError("a pipeline spec is listed twice")
+        return value
+
+    @field_validator("captures")
+    @classmethod
+    def _captures(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("a capture file is listed twice")
         return value
 
     @model_validator(mode="after")

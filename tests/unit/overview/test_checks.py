@@ -8,7 +8,7 @@ from sluiceway.overview import Checks, evaluate, unhealthy
 
 
 def report(**kinds: list[dict[str, Any]]) -> dict[str, Any]:
-    base: dict[str, Any] = {"outboxes": [], "journals": [], "pipelines": [], "feeds": []}
+    base: dict[str, Any] = {"outboxes": [], "journals": [], "pipelines": [], "feeds": [], "captures": []}
     for kind, entries in kinds.items():
         base[kind] = [{"name": f"{kind}-{i}", "error": None, **e} for i, e in enumerate(entries)]
     return base
@@ -64,3 +64,53 @@ def test_a_failed_sink_is_always_stuck_and_an_unreadable_entry_unavailable() -> 
         "unavailable",
         ["cannot be read: no such table"],
     )
+
+
+def capture(**fields: Any) -> dict[str, Any]:
+    """A capture entry that is healthy unless ``fields`` say otherwise."""
+    entry: dict[str, Any] = {
+        "slot_name": "shop",
+        "election": {"kind": "database", "name": "capture.shop"},
+        "slot": {"slot": "shop", "confirmed_lsn": "0/16B3748", "wal_retained_bytes": 4096},
+        "leader": {"holder": "host-1", "expires_in_seconds": 4.2},
+    }
+    return {**entry, **fields}
+
+
+def test_a_capture_is_stuck_without_its_slot_or_a_leader_or_past_the_wal_threshold() -> None:
+    r = report(
+        captures=[
+            capture(),
+            capture(slot=None),
+            capture(slot={"slot": "shop", "wal_retained_bytes": (1 << 30) + 1}),
+            capture(leader=None),
+            capture(leader={"holder": "host-1", "expires_in_seconds": -0.5}),
+            capture(election={"kind": "kafka", "name": "capture.shop"}, leader=None),
+            capture(error="connection refused"),
+        ]
+    )
+    evaluate(r, Checks())
+    problems = [e["problems"] for e in r["captures"]]
+    assert problems == [
+        [],
+        ["slot shop does not exist: has the capture run?"],
+        [
+            "slot shop retains 1073741825 bytes of WAL (threshold 1073741824): "
+            "is sluice capture keeping up?"
+        ],
+        ["no process holds the lease: is sluice capture running?"],
+        ["no process holds the lease: is sluice capture running?"],  # the holder's lease ran out
+        [],  # NELI (kafka) has no lease row to read: no leader is not a problem
+        ["cannot be read: connection refused"],
+    ]
+    assert [e["health"] for e in r["captures"]] == ["ok", *["stuck"] * 4, "ok", "unavailable"]
+    assert unhealthy(r)[0] == "capture captures-1: slot shop does not exist: has the capture run?"
+
+
+def test_the_capture_wal_threshold_is_the_cdc_one_and_can_be_turned_off() -> None:
+    big = {"slot": "shop", "wal_retained_bytes": 10**12}
+    r = report(captures=[capture(slot=big)])
+    evaluate(r, Checks(cdc_lag_bytes=None))
+    assert r["captures"][0]["health"] == "ok"
+    evaluate(r, Checks(cdc_lag_bytes=10**12 - 1))
+    assert r["captures"][0]["problems"][0].startswith("slot shop retains 1000000000000 bytes of WAL")

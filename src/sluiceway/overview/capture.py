@@ -1,0 +1,76 @@
+"""A ``sluice capture`` as the operator sees it: where it publishes, its slot, its leader, the
+position its destination acknowledged, and how far each table's copy has come.
+
+Reads only, and nothing the capture itself holds: the slot's row in ``pg_replication_slots``, the
+lease row (:func:`~sluiceway.overview.leases.leader_of`), and two files of its state directory —
+``published.lsn`` (replaced atomically by the capture) and the copy's ``state.json``. A standby's
+or a stopped capture's figures are the same reads; a capture that never ran has no slot, which
+the checks report (:func:`~sluiceway.overview.checks.capture_problems`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sluiceway.capture import CaptureConfig
+from sluiceway.capture.target import PositionFile
+from sluiceway.cdc.pgoutput import format_lsn
+from sluiceway.cdc.postgres import CdcSession
+from sluiceway.cdc.state import SourceState, TableCopy
+from sluiceway.db import Database
+from sluiceway.overview.leases import leader_of
+
+
+def capture_settings(config: CaptureConfig, path: str) -> dict[str, Any]:
+    """The fields a capture's file alone gives (shown even when its database cannot be read)."""
+    c = config.capture
+    return {
+        "file": path,
+        "destination": c.describe_destination(),
+        "slot_name": c.slot,
+        "election": {"kind": c.election.kind, "name": c.election_name},
+        "state_dir": c.state_path,
+    }
+
+
+def capture_status(config: CaptureConfig) -> dict[str, Any]:
+    """The figures of ``sluice status`` for one capture (see docs/operations.md for each field)."""
+    c = config.capture
+    session = CdcSession(c.dsn)
+    try:
+        copy = SourceState(c.state_path).load()
+        tables = []
+        for table in session.resolve_tables(c.table_list):
+            progress = copy.tables.get(table.namespace, TableCopy())
+            tables.append(
+                {
+                    "table": table.namespace,
+                    "phase": "sync" if c.snapshot != "initial" or progress.done else "copy",
+                    "rows_copied": progress.rows,
+                    "chunks": progress.chunks,
+                    "complete_at": progress.completed_at and format_lsn(progress.completed_at),
+                }
+            )
+        info = session.slot(c.slot)
+    finally:
+        session.close()
+    leader = None
+    if c.election.kind == "database":  # NELI (kafka) has no row to read
+        with Database(c.dsn, read_only=True) as db:
+            leader = leader_of(db, c.election_name)
+    published = PositionFile(Path(c.state_path) / "published.lsn").read()
+    return {
+        "slot": None
+        if info is None
+        else {
+            "slot": c.slot,
+            "confirmed_lsn": format_lsn(info.confirmed),
+            "restart_lsn": format_lsn(info.restart),
+            "wal_retained_bytes": info.retained,
+            "active_pid": info.active_pid,
+        },
+        "leader": leader,
+        "published_lsn": None if published is None else format_lsn(published),
+        "tables": tables,
+    }
