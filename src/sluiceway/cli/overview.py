@@ -1,5 +1,5 @@
-"""``sluice status`` and ``sluice ui``: one view of every outbox, journal, pipeline and feed that a
-workspace file (``sluice.yaml``) names."""
+"""``sluice status`` and ``sluice ui``: one view of every outbox, journal, pipeline, feed and capture
+that a workspace file (``sluice.yaml``) names."""
 
 from __future__ import annotations
 
@@ -116,6 +116,21 @@ def _tables(report: dict[str, Any]) -> Group:
                 _n(e["expired_leases"]),
             )  # fmt: skip
         out.append(t)
+    if report.get("captures"):
+        t = Table(title="captures", title_justify="left")
+        for col in ("name", "health", "destination", "slot", "confirmed", "WAL retained", "published",
+                    "leader", "tables copying"):  # fmt: skip
+            t.add_column(col)
+        for e in report["captures"]:
+            slot = e["slot"] or {}
+            leader = e["leader"] or {}
+            copying = [x["table"] for x in e["tables"] or [] if x["phase"] == "copy"]
+            t.add_row(
+                e["name"], _health(e), e["destination"] or "-", e["slot_name"] or "-",
+                slot.get("confirmed_lsn") or "-", _n(slot.get("wal_retained_bytes")),
+                e["published_lsn"] or "-", str(leader.get("holder") or "-"), ", ".join(copying) or "-",
+            )  # fmt: skip
+        out.append(t)
     problems = unhealthy(report)
     footer = Table.grid()
     footer.add_row(
@@ -140,10 +155,11 @@ def status(
         False, "--check", help="Exit 1 when something is stuck or unavailable (the workspace's checks:)."
     ),
 ) -> None:
-    """Is anything stuck, where, since when: every outbox, journal, pipeline and feed of a workspace.
+    """Is anything stuck, where, since when: every outbox, journal, pipeline, feed and capture watched.
 
     Exits 0; with --check, 1 when a threshold is crossed (oldest outbox row, pipeline lag, expired
-    feed leases…), a sink has failed, or something cannot be read.
+    feed leases, WAL a slot retains…), a sink has failed, a capture has no slot or no leader, or
+    something cannot be read.
 
     Examples:
 
