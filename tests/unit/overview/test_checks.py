@@ -94,10 +94,7 @@ def test_a_capture_is_stuck_without_its_slot_or_a_leader_or_past_the_wal_thresho
     assert problems == [
         [],
         ["slot shop does not exist: has the capture run?"],
-        [
-            "slot shop retains 1073741825 bytes of WAL (threshold 1073741824): "
-            "is sluice capture keeping up?"
-        ],
+        ["slot shop retains 1073741825 bytes of WAL (threshold 1073741824): is sluice capture keeping up?"],
         ["no process holds the lease: is sluice capture running?"],
         ["no process holds the lease: is sluice capture running?"],  # the holder's lease ran out
         [],  # NELI (kafka) has no lease row to read: no leader is not a problem

@@ -27,6 +27,7 @@ def test_the_workspace_file_is_validated_at_the_edge() -> None:
         ({"journals": [{"name": "j", "path": "x"}, {"name": "j", "path": "y"}]}, "used twice"),
         ({"feeds": [{"name": "f", "dsn": "sqlite:///f.db", "extra": 1}]}, "feeds.0.extra"),
         ({"checks": {"pipeline_lag": -1}}, "checks.pipeline_lag"),
+        ({"captures": ["./capture.yaml", "./capture.yaml"]}, "a capture file is listed twice"),
     ):
         with pytest.raises(ConfigError, match=where.replace(".", r"\.")):
             validate(Workspace, bad)
@@ -63,8 +64,21 @@ def test_a_name_is_looked_up_or_refused_with_its_kind() -> None:
         (lambda: ws.feed("[bold]x"), "feeds", "no feed named '[bold]x' in the workspace"),
         (lambda: pipeline_spec(ws, "orders"), "pipelines", "no pipeline named 'orders' in the workspace"),
         (lambda: collect_one(ws, "feeds", "shop"), "feeds", "no feed named 'shop' in the workspace"),
+        (lambda: collect_one(ws, "captures", "cdc"), "captures", "no capture named 'cdc' in the workspace"),
     ):
         with pytest.raises(NotWatchedError) as raised:
             look_up()
         assert (raised.value.kind, str(raised.value)) == (kind, text)
         assert isinstance(raised.value, SluicewayError)
+
+
+def test_captures_are_named_by_their_files(tmp_path: Path) -> None:
+    from sluiceway.overview.status import capture_files
+
+    good = tmp_path / "capture.yaml"
+    good.write_text(
+        "capture: {name: shop-cdc, dsn: 'postgresql://localhost/app', tables: [public.t], slot: s,\n"
+        "  publication: p, journal: {path: ./j}}\n"
+    )
+    ws = validate(Workspace, {"captures": [str(good), str(tmp_path / "gone.yaml")]})
+    assert capture_files(ws) == {"shop-cdc": str(good)}, "a file that cannot be read has no name"
