@@ -188,7 +188,7 @@ def slot_confirmed(dsn: str, slot: str) -> int:
             "WHERE slot_name = %s",
             (slot,),
         ).fetchone()
-    return 0 if row is None else int(row[0])
+    return 0 if row is None or row[0] is None else int(row[0])  # (None while it is being created)
 
 
 def journal_records(path: Path) -> list[dict[str, Any]]:

@@ -69,14 +69,17 @@ def test_a_running_capture_then_a_stopped_one(cdc_dsn: str, tmp_path: Path) -> N
 
     with Capture(str(tmp_path / "capture.yaml")) as capture:
         wait_until(lambda: capture.position > 0, timeout=30, message="the capture's first position")
-        with psycopg.connect(cdc_dsn, autocommit=True) as conn:
-            conn.execute("INSERT INTO t VALUES (21, 'after')")
-        # The copy is done and a change past it published: every figure is then settled.
         wait_until(
             lambda: collect(workspace)["captures"][0]["tables"][0]["phase"] == "sync",
             timeout=30,
             message="the copy of public.t to finish",
         )
+        # The copy is done (20 rows: a row added before it ends may be copied too); a change past
+        # it published: every figure is then settled.
+        with psycopg.connect(cdc_dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO t VALUES (21, 'after')")
+        mark = capture.position
+        wait_until(lambda: capture.position > mark, timeout=30, message="the change to be published")
         (entry,) = collect(workspace)["captures"]
         assert (entry["name"], entry["health"], entry["problems"], entry["error"]) == ("c1", "ok", [], None)
         assert entry["destination"] == f"journal {tmp_path / 'j'}"

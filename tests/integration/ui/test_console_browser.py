@@ -256,7 +256,7 @@ def test_api_status_is_what_sluice_status_prints(served: Served) -> None:
 
         return json.dumps(strip(report), sort_keys=True)
 
-    assert set(api) == {"generated_at", "outboxes", "journals", "pipelines", "feeds"}
+    assert set(api) == {"generated_at", "outboxes", "journals", "pipelines", "feeds", "captures"}
     assert steady(api) == steady(cli)
 
 
