@@ -5,6 +5,7 @@ broker that goes away under load."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -150,5 +151,6 @@ def test_a_broker_away_under_load_holds_wal_on_the_server_and_loses_nothing(
         place.cleanup()
 
 
-#: Seconds the broker stays away (the mechanism does not depend on how long).
-OUTAGE = 10.0
+#: Seconds the broker stays away (the mechanism does not depend on how long; the issue asks for 30:
+#: SLUICE_BROKER_OUTAGE_SECONDS=30).
+OUTAGE = float(os.environ.get("SLUICE_BROKER_OUTAGE_SECONDS", "10"))
