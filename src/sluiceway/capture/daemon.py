@@ -176,6 +176,8 @@ class Capture:
                     self._term(recovering=outage is not None)
                     outage = None
                 except TRANSIENT as exc:
+                    if self._stopping.is_set():
+                        break  # stopped while changes awaited acknowledgements: the next leader sends them
                     text = " ".join(str(exc).split())
                     kind = type(exc).__name__
                     if outage != kind:  # one line per outage, not one per attempt
