@@ -4,6 +4,7 @@ Public API (everything else is internal)::
 
     from sluiceway import OutboxRecord, Stasher            # write outbox rows in your transaction
     from sluiceway import Harvest, HarvestConfig           # the MP/R harvester (embedded)
+    from sluiceway import Capture, CaptureConfig           # table changes to a broker (CDC, no Spark)
     from sluiceway import Deduplicator                     # consumers: drop re-sent records
     from sluiceway import Journal                          # the embedded durable log
     from sluiceway import Feed, FeedWorker                 # the database-backed work feed
@@ -32,6 +33,7 @@ from sluiceway.errors import (
 from sluiceway.outbox import OutboxRecord, PreparedStash, Stasher
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers and IDEs
+    from sluiceway.capture import Capture, CaptureConfig
     from sluiceway.feed import Feed, FeedWorker
     from sluiceway.harvest import Deduplicator, Harvest, HarvestConfig
     from sluiceway.journal import Journal
@@ -42,6 +44,8 @@ __version__ = "0.1.0"
 
 # Heavier parts load on first use, so `import sluiceway` stays cheap for a service that only stashes.
 _LAZY = {
+    "Capture": "sluiceway.capture",
+    "CaptureConfig": "sluiceway.capture",
     "Deduplicator": "sluiceway.harvest",
     "Harvest": "sluiceway.harvest",
     "HarvestConfig": "sluiceway.harvest",
@@ -54,6 +58,8 @@ _LAZY = {
 
 __all__ = [
     "BrokerError",
+    "Capture",
+    "CaptureConfig",
     "ConfigError",
     "ConflictError",
     "DatabaseError",
