@@ -11,11 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 
 from sluiceway.capture import Capture
-from sluiceway.testing import Broker, wait_until
+from sluiceway.testing import Broker, free_port, wait_until
 from tests.support.brokers import CuttableProxy, make_place
 from tests.support.capture import (
     SCHEMA,
@@ -26,7 +27,7 @@ from tests.support.capture import (
     read_kafka,
     source_rows,
 )
-from tests.support.cdc import slot_confirmed
+from tests.support.cdc import journal_records, slot_confirmed
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -91,16 +92,32 @@ def test_a_message_carries_op_after_and_source_with_the_commit(
 ) -> None:
     topic = kafka.create_topic(f"cdc-fmt-{time.time_ns()}", partitions=1)
     cfg = config(items, "cap_fmt", tmp_path / "state", kafka={"bootstrap.servers": kafka.bootstrap})
-    cfg["capture"].update(topic=topic, snapshot="never")
+    # Elected through Kafka (NELI) this time, and serving its metrics.
+    port = free_port()
+    cfg["capture"].update(
+        topic=topic, snapshot="never", election={"kind": "kafka", "leaseTimeout": "3s"},
+        metricsAddr=f"127.0.0.1:{port}",
+    )  # fmt: skip
     from confluent_kafka import Consumer, TopicPartition
 
+    def series(name: str) -> float:
+        for line in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text.splitlines():
+            if line.startswith(f'{name}{{capture="cap_fmt"}}'):
+                return float(line.rsplit(" ", 1)[1])
+        return -1.0
+
     with Capture(cfg):
-        wait_until(lambda: slot_confirmed(items, "cap_fmt") > 0, timeout=30, message="the slot")
+        wait_until(lambda: slot_confirmed(items, "cap_fmt") > 0, timeout=60, message="the slot")
         with psycopg.connect(items, autocommit=True) as conn:
             conn.execute("UPDATE items SET version = 9001, note = 'x\"y' WHERE id = 7")
             xid = conn.execute("SELECT txid_current()").fetchone()
             conn.execute("DELETE FROM items WHERE id = 8")
         caught_up(items, "cap_fmt")
+        wait_until(
+            lambda: series("sluice_capture_confirmed_lsn") >= slot_confirmed(items, "cap_fmt"), timeout=10
+        )
+        assert series("sluice_capture_changes_total") == 2.0 and series("sluice_capture_leader") == 1.0
+        assert series("sluice_capture_bytes_total") > 100 and series("sluice_capture_lag_bytes") >= 0
     consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"f{time.time_ns()}"})
     consumer.assign([TopicPartition(topic, 0, 0)])
     msgs: list[Any] = []
@@ -154,3 +171,32 @@ def test_a_broker_away_under_load_holds_wal_on_the_server_and_loses_nothing(
 #: Seconds the broker stays away (the mechanism does not depend on how long; the issue asks for 30:
 #: SLUICE_BROKER_OUTAGE_SECONDS=30).
 OUTAGE = float(os.environ.get("SLUICE_BROKER_OUTAGE_SECONDS", "10"))
+
+
+@pytest.mark.parametrize("destination", ["rabbitmq", "redis", "journal"])
+def test_rabbitmq_redis_and_a_journal_get_the_copy_and_every_change_in_order(
+    items: str, tmp_path: Path, destination: str
+) -> None:
+    slot = f"cap_{destination}"
+    place = None if destination == "journal" else make_place(destination)
+    try:
+        if place is None:
+            more: dict[str, Any] = {"journal": {"path": str(tmp_path / "j"), "fsync": False}}
+        else:
+            more = {"target": place.target(), "topic": f"{place.prefix}.{{table}}"}
+        writer = ItemsWriter(items, pace=0.003)
+        with Capture(config(items, slot, tmp_path / "state", **more)):
+            wait_until(lambda: slot_confirmed(items, slot) > 0, timeout=30, message="the slot")
+            writer.start()
+            wait_until(lambda: writer.ops >= 400, timeout=60, message="400 writes")
+            writer.finish()
+            caught_up(items, slot)
+        if place is None:
+            seen = [parse(r["key"], r["value"], r["headers"]) for r in journal_records(tmp_path / "j")]
+        else:
+            expected = 150 + sum(len(v) for v in writer.committed.values())
+            seen = [parse(k, v, h) for k, v, h in place.read(expected=expected)]
+        assert check_changes(seen, writer, source_rows(items)) == 0
+    finally:
+        if place is not None:
+            place.cleanup()
