@@ -13,12 +13,13 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from sluiceway.cli.common import METRICS_ADDR_HELP, console, fail, friendly_errors, setup_logging, styled
 from sluiceway.clock import duration_seconds
 from sluiceway.db import Database
 from sluiceway.errors import DatabaseError
-from sluiceway.feed import Feed, FeedStatus, FeedWorker, Status
+from sluiceway.feed import Feed, FeedStatus, FeedWorker, RateLimit, Status
 
 app = typer.Typer(
     help=(
@@ -325,12 +326,32 @@ def _age(when: datetime | None) -> str:
     return f"in {seconds:.1f}s" if seconds >= 0 else f"{-seconds:.1f}s ago"
 
 
+def _rate_json(limit: RateLimit) -> dict[str, Any]:
+    return {
+        "attribute": limit.attribute,
+        "value": limit.value,
+        "max_rate": limit.max_rate,
+        "burst": limit.burst,
+        "tokens": round(limit.tokens, 3),
+    }
+
+
+def _rates_table(limits: list[RateLimit]) -> Table:
+    table = Table(title="rate limits (items/s, shared by all workers)")
+    for col in ("applies to", "max rate", "burst", "tokens now"):
+        table.add_column(col, justify="left" if col == "applies to" else "right")
+    for limit in limits:
+        table.add_row(Text(str(limit.key)), f"{limit.max_rate:g}", f"{limit.burst:g}", f"{limit.tokens:.1f}")
+    return table
+
+
 def _status_json(s: FeedStatus) -> dict[str, Any]:
     return {
         "partitions": [{"status": st, "gate": g, "count": n} for st, g, n in s.partitions],
         "items": s.items,
         "ready_items": s.ready_items,
         "open_by_priority": [{"of": of, "priority": p, "count": n} for of, p, n in s.open_by_priority],
+        "rate_limits": [_rate_json(limit) for limit in s.rate_limits],
         "oldest_available_age_seconds": s.oldest_available_age,
         "workers": [
             {
@@ -387,6 +408,8 @@ def status(
         for of, p, n in s.open_by_priority:
             by_priority.add_row(of, str(p), str(n))
         console.print(by_priority)
+    if s.rate_limits:
+        console.print(_rates_table(s.rate_limits))
     console.print(workers)
 
 
@@ -482,6 +505,95 @@ def checkpoint(
         console.print(styled("partition ", (partition, "bold"), " is complete"))
     else:
         console.print(styled("partition ", (partition, "bold"), f" is now at gate {p.gate}"))
+
+
+rate_app = typer.Typer(
+    help=(
+        "Rate limits: items per second for the whole feed or per partition attribute value, "
+        "kept in the database and obeyed by every worker.\n\n"
+        "Examples:\n\n"
+        "  sluice feed rate set --dsn sqlite:///app.db --max-rate 50\n\n"
+        "  sluice feed rate set --dsn sqlite:///app.db --max-rate 5 --per tenant=acme\n\n"
+        "  sluice feed rate show --dsn sqlite:///app.db"
+    ),
+    no_args_is_help=True,
+)
+app.add_typer(rate_app, name="rate")
+
+PER_HELP = "Only partitions whose attribute has this value, as ATTRIBUTE=VALUE (default: the whole feed)."
+
+
+def _per(per: str | None) -> tuple[str | None, str | None]:
+    if per is None:
+        return None, None
+    attribute, sep, value = per.partition("=")
+    if not sep or not attribute:
+        raise fail(f"--per takes ATTRIBUTE=VALUE (for example tenant=acme), not {per!r}")
+    return attribute, value
+
+
+@rate_app.command("set")
+@friendly_errors
+def rate_set(
+    dsn: Annotated[str, typer.Option("--dsn", help=DSN_HELP)],
+    max_rate: Annotated[float, typer.Option("--max-rate", help="Items per second, all workers together.")],
+    per: Annotated[str | None, typer.Option("--per", help=PER_HELP)] = None,
+    burst: Annotated[
+        float | None, typer.Option("--burst", help="Tokens the bucket holds (default: one second's worth).")
+    ] = None,
+    prefix: Annotated[str, typer.Option("--prefix", help=PREFIX_HELP)] = "feed_",
+) -> None:
+    """Set (or change) a rate limit; workers obey a new one from their next lease renewal.
+
+    Example: sluice feed rate set --dsn sqlite:///app.db --max-rate 5 --per tenant=acme
+    """
+    attribute, value = _per(per)
+    with Feed(dsn, prefix=prefix) as feed:
+        limit = feed.set_rate(max_rate, attribute=attribute, value=value, burst=burst)
+    console.print(
+        styled("rate limit for ", (str(limit.key), "bold"), f": {limit.max_rate:g}/s, burst {limit.burst:g}")
+    )
+
+
+@rate_app.command("clear")
+@friendly_errors
+def rate_clear(
+    dsn: Annotated[str, typer.Option("--dsn", help=DSN_HELP)],
+    per: Annotated[str | None, typer.Option("--per", help=PER_HELP)] = None,
+    prefix: Annotated[str, typer.Option("--prefix", help=PREFIX_HELP)] = "feed_",
+) -> None:
+    """Remove a rate limit (exit 1 if there was none).
+
+    Example: sluice feed rate clear --dsn sqlite:///app.db --per tenant=acme
+    """
+    attribute, value = _per(per)
+    with Feed(dsn, prefix=prefix) as feed:
+        cleared = feed.clear_rate(attribute=attribute, value=value)
+    what = "the whole feed" if per is None else per
+    if not cleared:
+        raise fail(f"no rate limit for {what}")
+    console.print(styled("rate limit for ", (what, "bold"), " removed"))
+
+
+@rate_app.command("show")
+@friendly_errors
+def rate_show(
+    dsn: Annotated[str, typer.Option("--dsn", help=DSN_HELP)],
+    prefix: Annotated[str, typer.Option("--prefix", help=PREFIX_HELP)] = "feed_",
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array instead of a table.")] = False,
+) -> None:
+    """The feed's rate limits and how full each bucket is now.
+
+    Example: sluice feed rate show --dsn sqlite:///app.db
+    """
+    with _reading(dsn, prefix) as feed:
+        limits = feed.rates()
+    if as_json:
+        console.print_json(json.dumps([_rate_json(limit) for limit in limits]))
+    elif limits:
+        console.print(_rates_table(limits))
+    else:
+        console.print("no rate limits")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from sluiceway.feed.model import (
     WorkerStats,
 )
 from sluiceway.feed.processors import HttpProcessor, load_processor
+from sluiceway.feed.rate import RateKey, RateLimit
 from sluiceway.feed.worker import FeedWorker
 
 __all__ = [
@@ -54,6 +55,8 @@ __all__ = [
     "PartitionNotFoundError",
     "ProcessorError",
     "ProcessorResult",
+    "RateKey",
+    "RateLimit",
     "RetryPolicy",
     "Status",
     "WorkerLeases",

@@ -28,6 +28,7 @@ from sluiceway.feed.model import (
     check_priority,
     encode_data,
 )
+from sluiceway.feed.rate import RateLimit, check_limit, rate_key
 from sluiceway.feed.store import FeedStore
 
 IfExists = Literal["error", "skip", "append"]
@@ -338,6 +339,45 @@ class Feed:
         if item is not None and (isinstance(item, bool) or not isinstance(item, int)):
             raise FeedError(f"an item id must be an integer, not {item!r}")
         return self.store.settle_failed(action, pid, item)
+
+    # -- rate limits ------------------------------------------------------------------------------
+    def set_rate(
+        self,
+        max_rate: float,
+        *,
+        attribute: str | None = None,
+        value: object = None,
+        burst: float | None = None,
+    ) -> RateLimit:
+        """Limit how fast every worker of this feed together claims items: ``max_rate`` items a
+        second, for the whole feed, or — with ``attribute`` and ``value`` — for the partitions
+        whose ``attributes[attribute] == value`` (say one tenant's). ``burst``: how many tokens
+        the bucket holds (default one second's worth, at least 1); over any ``T`` seconds at most
+        ``burst + max_rate · T`` items are claimed under the limit.
+
+        A shared setting, kept in the database: every worker obeys it, a new limit from its next
+        lease renewal (``lease / 3``), a changed rate at its next claim. Setting it again changes
+        it (the bucket keeps its level); :meth:`clear_rate` removes it.
+
+        >>> feed = Feed("sqlite:///:memory:")
+        >>> feed.set_rate(50).max_rate
+        50.0
+        >>> feed.set_rate(5, attribute="tenant", value="acme", burst=10).burst
+        10.0
+        >>> [str(limit.key) for limit in feed.rates()]
+        ['the whole feed', 'tenant=acme']
+        """
+        key, rate, capacity = check_limit(max_rate, burst, attribute, value)
+        self.store.set_rate(key, rate, capacity)
+        return next(limit for limit in self.store.rate_limits() if limit.key == key)
+
+    def clear_rate(self, *, attribute: str | None = None, value: object = None) -> bool:
+        """Remove a limit (the whole feed's, or ``attribute``/``value``'s); False if there was none."""
+        return self.store.clear_rate(rate_key(attribute, value))
+
+    def rates(self) -> list[RateLimit]:
+        """The feed's rate limits, with each bucket's level now."""
+        return self.store.rate_limits()
 
     # -- reading ----------------------------------------------------------------------------------
     def _require(self, name: str) -> Partition:

@@ -69,6 +69,20 @@ class FeedMetrics:
         )
         wakeups.add_metric([self.feed], stats.wakeups)
         yield wakeups
+        rate_waits = CounterMetricFamily(
+            "sluice_feed_rate_limited_waits",
+            "Rests this worker took because a rate limit had no token for work that was there",
+            labels=["feed"],
+        )
+        rate_waits.add_metric([self.feed], stats.rate_waits)
+        yield rate_waits
+        rate_seconds = CounterMetricFamily(
+            "sluice_feed_rate_limited_wait_seconds",
+            "Seconds of those rests (each until the next token was due)",
+            labels=["feed"],
+        )
+        rate_seconds.add_metric([self.feed], stats.rate_wait_seconds)
+        yield rate_seconds
         held = GaugeMetricFamily(
             "sluice_feed_partitions_held", "Partitions leased right now", labels=["feed"]
         )

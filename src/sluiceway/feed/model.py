@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 
 from sluiceway.clock import duration_seconds
 from sluiceway.feed.errors import FeedError, ProcessorError
+from sluiceway.feed.rate import RateLimit
 
 #: What callers may pass as an item's data: raw bytes, text (stored as UTF-8) or a JSON value.
 ItemData = bytes | bytearray | memoryview | str | Mapping[str, Any] | Sequence[Any]
@@ -296,6 +297,8 @@ class FeedStatus:
     items_by_gate: list[tuple[str, int, int]] = field(default_factory=list)  # (status, gate, count)
     #: Open work by priority: ("partitions" | "items", priority, count), highest first.
     open_by_priority: list[tuple[str, int, int]] = field(default_factory=list)
+    #: Rate limits with their buckets' levels now (``Feed.set_rate``).
+    rate_limits: list[RateLimit] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -320,3 +323,6 @@ class WorkerStats:
     partitions_failed: int = 0
     #: Notifications that woke this worker from an idle rest (PostgreSQL wake-ups).
     wakeups: int = 0
+    #: Rests taken because a rate limit had no token for work that was there, and their seconds.
+    rate_waits: int = 0
+    rate_wait_seconds: float = 0.0

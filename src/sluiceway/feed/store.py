@@ -20,6 +20,7 @@ from sluiceway.errors import ConfigError, InvariantViolation
 from sluiceway.feed.balance import Census, FreePartition
 from sluiceway.feed.core import Claimed, Decision, GateSummary, Outcome, OutcomeKind
 from sluiceway.feed.model import FeedStatus, ItemRecord, NotBefore, Page, Partition, Status, WorkerLeases
+from sluiceway.feed.rate import Grant, RateKey, RateLimit, grant, refill
 
 _PREFIX = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]{0,62}\.)?[A-Za-z0-9_]{0,40}$")
 _MIGRATION_LOCK = "sluiceway.feed.migrate"
@@ -107,6 +108,8 @@ class FeedStore:
         self.db = db
         self.dialect = db.dialect
         self.partitions_table, self.items_table = table_names(prefix)
+        self.rates_table = check_identifier(f"{prefix}rates", what="feed rates table")
+        self._has_rates = False  # known to exist (asked once, then kept)
         bare = prefix.split(".")[-1]
         schema = prefix.split(".")[0] if "." in prefix else None
         #: The LISTEN/NOTIFY channel (PostgreSQL); producers notify on it whenever they make work
@@ -128,6 +131,8 @@ class FeedStore:
             self.dialect,
             partitions=self.partitions_table,
             items=self.items_table,
+            rates=self.rates_table,
+            raw_rates_check=raw("rates_check"),
             raw_partitions_name_key=raw("partitions_name_key"),
             raw_partitions_status_check=raw("partitions_status_check"),
             raw_partitions_free_idx=raw("partitions_free_idx"),
@@ -185,6 +190,8 @@ class FeedStore:
         "index_items_claim",
         "index_items_failed",
         "index_items_partition",
+        # Added with rate limits: a table of its own, so older feeds get it without ALTER TABLE.
+        "create_rates",
     )
     #: Columns added after the tables' first release: ``ALTER TABLE … ADD COLUMN`` blocks run only
     #: when the column is missing (even with IF NOT EXISTS, ALTER TABLE locks the table exclusively,
@@ -215,8 +222,10 @@ class FeedStore:
                 self.db.execute(self.q[name], what=f"feed migrate {name}")
 
     def _has_column(self, table: str, column: str) -> bool:
-        """Is ``column`` in the feed's ``table`` (``"partitions"`` or ``"items"``)?"""
-        name = self.partitions_table if table == "partitions" else self.items_table
+        """Is ``column`` in the feed's ``table`` (``"partitions"``, ``"items"`` or ``"rates"``)?"""
+        name = {"partitions": self.partitions_table, "items": self.items_table, "rates": self.rates_table}[
+            table
+        ]
         schema, _, bare = name.rpartition(".")
         row = self.db.fetchone(
             self.q["has_column"],
@@ -549,6 +558,103 @@ class FeedStore:
                 written += self.db.executemany(self.q["complete"], rows, what="feed complete")
         return written
 
+    def claim_in(self, owner: str, partition_ids: Sequence[int], limit: int, lease: float) -> list[Claimed]:
+        """:meth:`claim`, from some of the partitions ``owner`` holds (those under one set of rate
+        limits), up to the ``limit`` tokens taken for them."""
+        if not partition_ids:
+            return []
+        params: dict[str, Any] = {
+            "owner": owner,
+            "limit": limit,
+            "ids": self._ids(partition_ids),
+            **self._seconds("lease", lease),
+        }
+        if self.dialect is not Dialect.MYSQL:
+            rows = self.db.fetchall(self.q["claim_in"], params, what="feed claim")
+            return [
+                Claimed(int(r[0]), int(r[1]), int(r[2]), _bytes(r[3]), int(r[4]), int(r[5])) for r in rows
+            ]
+        with self.db.transaction():
+            rows = self.db.fetchall(self.q["claim_in"], params, what="feed claim")
+            if not rows:
+                return []
+            ids = tuple(int(r[0]) for r in rows)
+            self.db.execute(
+                self.q["claim_mark"], {"ids": ids, **self._seconds("lease", lease)}, what="feed claim"
+            )
+        return [
+            Claimed(int(r[0]), int(r[1]), int(r[2]), _bytes(r[3]), int(r[4]) + 1, int(r[5]) + 1) for r in rows
+        ]
+
+    # -- rate limits ----------------------------------------------------------------------------
+    @staticmethod
+    def _key(key: RateKey) -> dict[str, str]:
+        return {"attribute": key.attribute, "value": key.value}
+
+    def rate_limits(self) -> list[RateLimit]:
+        """Every limit, with its bucket's level now (by the database clock). None while the rates
+        table does not exist: a feed from before rate limits, read without migrating (``sluice
+        feed status``, a worker with ``migrate=False``) has no limits."""
+        if not self._has_rates:
+            self._has_rates = self._has_column("rates", "max_rate")
+            if not self._has_rates:
+                return []
+        rows = self.db.fetchall(self.q["rates_list"], what="feed rate limits")
+        return [
+            RateLimit(
+                RateKey(str(r[0]), str(r[1])),
+                float(r[2]),
+                float(r[3]),
+                refill(float(r[4]), float(r[3]), float(r[2]), float(r[6]) - float(r[5])),
+            )
+            for r in rows
+        ]
+
+    def take_tokens(self, key: RateKey, want: int) -> Grant | None:
+        """Take up to ``want`` tokens from ``key``'s bucket, in one short transaction (the row is
+        locked from the read to the write); None when that limit no longer exists."""
+        with self.db.transaction():
+            row = self.db.fetchone(self.q["rate_lock"], self._key(key), what="feed rate take")
+            if row is None:
+                return None
+            tokens, burst, max_rate, refilled_at, now = (float(v) for v in row)
+            given = grant(refill(tokens, burst, max_rate, now - refilled_at), want, max_rate)
+            if given.taken:
+                self.db.execute(
+                    self.q["rate_write"],
+                    {**self._key(key), "tokens": given.left, "at": now},
+                    what="feed rate take",
+                )
+            # Nothing taken: nothing written. The level is the stored one refilled to now, and
+            # computing it again later from the same row gives the same answer.
+        return given
+
+    def give_back_tokens(self, key: RateKey, tokens: int) -> None:
+        """Return tokens a claim did not use to ``key``'s bucket (capped by its burst)."""
+        if tokens > 0:
+            self.db.execute(
+                self.q["rate_give_back"], {**self._key(key), "tokens": tokens}, what="feed rate give back"
+            )
+
+    def set_rate(self, key: RateKey, max_rate: float, burst: float) -> None:
+        """Create or change a limit: a new bucket starts full; a changed one keeps its level
+        (refilled at the old rate up to now), capped by the new burst."""
+        params = {**self._key(key), "max_rate": max_rate, "burst": burst}
+        with self.db.transaction():
+            row = self.db.fetchone(self.q["rate_lock"], self._key(key), what="feed set rate")
+            if row is None:
+                self.db.execute(self.q["rate_insert"], params, what="feed set rate")
+                return
+            tokens, old_burst, old_rate, refilled_at, now = (float(v) for v in row)
+            level = min(burst, refill(tokens, old_burst, old_rate, now - refilled_at))
+            self.db.execute(
+                self.q["rate_update"], {**params, "tokens": level, "at": now}, what="feed set rate"
+            )
+
+    def clear_rate(self, key: RateKey) -> bool:
+        """Remove a limit; False when there was none."""
+        return self.db.execute(self.q["rate_delete"], self._key(key), what="feed clear rate") > 0
+
     def next_due(self, owner: str, since: float) -> float | None:
         """Seconds until the first open item at the gates of ``owner``'s partitions becomes
         claimable, or the first free scheduled partition comes due (or came due in the last
@@ -659,4 +765,4 @@ class FeedStore:
         ]
         ready = int(lag[0] or 0) if lag else 0
         age = None if not lag or lag[1] is None else float(lag[1])
-        return FeedStatus(parts, items, ready, age, workers, items_by_gate, priorities)
+        return FeedStatus(parts, items, ready, age, workers, items_by_gate, priorities, self.rate_limits())

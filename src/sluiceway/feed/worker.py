@@ -54,6 +54,7 @@ from sluiceway.feed.core import (
 from sluiceway.feed.errors import FeedError, FeedTimeout
 from sluiceway.feed.model import Item, WorkerStats
 from sluiceway.feed.processors import Encoding, load_processor
+from sluiceway.feed.rate import RateKey, keys_for
 from sluiceway.feed.store import FeedStore, Held, table_names
 from sluiceway.feed.wakeup import WakeUps
 
@@ -198,6 +199,12 @@ class FeedWorker:
         self._seconds_per_item = 0.0  # running estimate, to size claims for slow processors
         self._last_checkpoint = -1e9
         self._due = _NextDue()
+        #: The feed's rate limits (read at every renewal) and, after a claim that a limit held
+        #: back with no token at all, the seconds until the first token it waits for is due.
+        self._limits: frozenset[RateKey] = frozenset()
+        self._rate_wait: float | None = None
+        self._rate_limited = False
+        self._claims = 0  # rotates which group of rate-limited partitions claims first
 
     # -- public control -------------------------------------------------------------------------
     @property
@@ -341,8 +348,18 @@ class FeedWorker:
                 if busy:
                     self._due.stale = True  # something changed: what is due next may have too
                     continue
+                rate_wait = self._rate_wait
+                if rate_wait is not None:
+                    # Held back by a rate limit: rest until its next token is due (from the
+                    # bucket's level and rate), not for a poll interval, and never in a tight loop.
+                    rate_wait = min(max(rate_wait, MIN_REST), self.renew_interval)
+                    with self._lock:
+                        self._stats.rate_waits += 1
+                        self._stats.rate_wait_seconds += rate_wait
                 if wake is not None and self._inflight == 0:
-                    woken = self._rest(store, wake, next_renew, last_balance)
+                    woken = self._rest(store, wake, next_renew, last_balance, rate_wait)
+                elif rate_wait is not None:
+                    self._idle_wait(min(rate_wait, self.poll_interval))
                 else:
                     self._idle_wait(self.poll_interval if not until_idle or waiting else 0.0)
         finally:
@@ -353,12 +370,32 @@ class FeedWorker:
                 if wake is not None:
                     wake.close()
 
-    def _rest(self, store: FeedStore, wake: WakeUps, next_renew: float, last_balance: float) -> bool:
+    def _rest(
+        self,
+        store: FeedStore,
+        wake: WakeUps,
+        next_renew: float,
+        last_balance: float,
+        rate_wait: float | None = None,
+    ) -> bool:
         """Nothing to do and nothing in flight: rest on the listening connection until a
         notification, the next renewal, the next work due, or the fallback poll. True when woken
-        by a notification, a catch-up after (re)listening, or the due time itself."""
+        by a notification, a catch-up after (re)listening, or the due time itself.
+
+        ``rate_wait``: work is there but a rate limit holds it back: rest until its next token,
+        without asking what else is due (claimable work is, so the answer would be "now").
+        """
         now = self.clock.monotonic()
         timeout = min(self.fallback_poll, next_renew - now)
+        if rate_wait is not None:
+            before = wake.notifications
+            woken = wake.rest(max(min(timeout, rate_wait), MIN_REST))
+            if wake.notifications != before:
+                with self._lock:
+                    self._stats.wakeups += wake.notifications - before
+            if woken:
+                self._due.stale = True
+            return woken
         # Work that becomes claimable with nobody committing — items at our gates backing off
         # (retries, retry_in) or scheduled (not_before), claims of a worker that died, free
         # partitions scheduled for later — comes with no notification: ask the database when the
@@ -427,15 +464,16 @@ class FeedWorker:
         if self._held:
             requested = self._claim_size()
             if requested > 0:
-                batch = store.claim(self.owner, requested, self.lease)
+                batch = self._claim(store, requested)
                 claimed = len(batch)
                 if batch:
                     self._dispatch(store, batch, pool)
                     busy = True
                     busy = self._flush(store) or busy
         # Short: we asked and got less (our partitions are running dry, or nothing is held). Not
-        # when a full pool kept us from asking: that says nothing about the partitions.
-        short = not self._held or (requested > 0 and claimed < requested)
+        # when a full pool kept us from asking, nor when a rate limit did: that says nothing about
+        # the partitions.
+        short = not self._held or (requested > 0 and claimed < requested and not self._rate_limited)
         now = self.clock.monotonic()
         progressed = False
         open_gates = 0
@@ -446,8 +484,77 @@ class FeedWorker:
             progressed, open_gates = self._checkpoint(store, ids)
             self._touched.clear()
             self._last_checkpoint = now
-        waiting = self._inflight > 0 or bool(self._pending) or (short and open_gates > 0)
+        waiting = (
+            self._inflight > 0
+            or bool(self._pending)
+            or (short and open_gates > 0)
+            or self._rate_wait is not None
+        )
         return busy or progressed, waiting, short
+
+    def _claim(self, store: FeedStore, requested: int) -> list[Claimed]:
+        """Claim up to ``requested`` items; under rate limits, no more than their buckets give.
+
+        Without limits this is the one claim statement. With them, the partitions we hold are
+        grouped by the set of buckets their attributes match; each group takes tokens for what it
+        may claim (from every bucket of its set), claims at most that many from its partitions, and
+        gives back what the claim did not use. A token is taken before its item is claimed, so all
+        workers together never claim more than a bucket gives (``burst + max_rate · T``). A claim
+        that fails after its take loses those tokens: fewer items, never more.
+        """
+        self._rate_wait = None
+        self._rate_limited = False
+        if not self._limits:
+            return store.claim(self.owner, requested, self.lease)
+        groups: dict[tuple[RateKey, ...], list[int]] = {}
+        for held in self._held.values():
+            groups.setdefault(keys_for(held.attributes, self._limits), []).append(held.id)
+        order = sorted(groups)
+        # Start from a different group each time, so that one group with tokens to fill every
+        # batch does not keep the others of this worker waiting.
+        self._claims += 1
+        start = self._claims % len(order)
+        batch: list[Claimed] = []
+        for keys in order[start:] + order[:start]:
+            room = requested - len(batch)
+            if room <= 0:
+                break
+            granted = self._take(store, keys, room)
+            if granted == 0:
+                continue
+            ids = groups[keys]
+            got = (
+                store.claim(self.owner, granted, self.lease)
+                if len(groups) == 1
+                else store.claim_in(self.owner, sorted(ids), granted, self.lease)
+            )
+            for key in keys:
+                store.give_back_tokens(key, granted - len(got))
+            batch.extend(got)
+        return batch
+
+    def _take(self, store: FeedStore, keys: tuple[RateKey, ...], want: int) -> int:
+        """Take up to ``want`` tokens from every bucket of ``keys``; return how many items that
+        allows (the least any bucket gave), having given the excess back to the others."""
+        allowed = want
+        taken: list[RateKey] = []
+        for key in keys:
+            grant = store.take_tokens(key, allowed)
+            if grant is None:
+                continue  # the limit was cleared since we read the list: it no longer applies
+            if grant.taken < allowed:
+                self._rate_limited = True
+                for earlier in taken:
+                    store.give_back_tokens(earlier, allowed - grant.taken)
+                allowed = grant.taken
+            if allowed == 0:
+                if grant.wait is not None:
+                    self._rate_wait = (
+                        grant.wait if self._rate_wait is None else min(self._rate_wait, grant.wait)
+                    )
+                return 0
+            taken.append(key)
+        return allowed
 
     def _claim_size(self) -> int:
         if self.concurrency == 1:
@@ -596,6 +703,9 @@ class FeedWorker:
     # -- leases ---------------------------------------------------------------------------------
     def _renew(self, store: FeedStore) -> None:
         still = store.renew(self.owner, self.lease)
+        # Limits are a shared setting (Feed.set_rate): a new or cleared one applies from the next
+        # renewal; a changed rate at once (a take reads it from the bucket's row).
+        self._limits = frozenset(limit.key for limit in store.rate_limits())
         with self._lock:
             lost = self._held.keys() - still
             for pid in lost:

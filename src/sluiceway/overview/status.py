@@ -53,6 +53,7 @@ _FEED_FIELDS = (
     "workers",
     "live_leases",
     "expired_leases",
+    "rate_limits",
 )
 
 
@@ -163,6 +164,17 @@ def feed_fields(prefix: str, s: FeedStatus) -> dict[str, Any]:
         ],
         "live_leases": sum(w.partitions - w.expired for w in s.workers),
         "expired_leases": sum(w.expired for w in s.workers),
+        # Rate limits (docs/feed.md#rate-limits): each bucket's level now; [] when none is set.
+        "rate_limits": [
+            {
+                "attribute": r.attribute,
+                "value": r.value,
+                "max_rate": r.max_rate,
+                "burst": r.burst,
+                "tokens": round(r.tokens, 3),
+            }
+            for r in s.rate_limits
+        ],
     }
 
 

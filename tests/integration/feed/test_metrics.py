@@ -16,7 +16,7 @@ pytestmark = pytest.mark.timeout(120)
 
 def test_a_worker_serves_its_counters_and_they_move(sqlite_dsn: str, tmp_path: Path) -> None:
     with Feed(sqlite_dsn) as feed:
-        feed.migrate()
+        feed.set_rate(20, burst=1)  # 5 items: 4 of them wait for a token (50 ms each)
     port = free_port()
     args = ["feed", "worker", "--dsn", sqlite_dsn, "--processor", "tests.support.processors:done"]
     args += ["--poll-interval", "0.05", "--lease", "3", "--metrics-addr", f"127.0.0.1:{port}"]
@@ -37,6 +37,8 @@ def test_a_worker_serves_its_counters_and_they_move(sqlite_dsn: str, tmp_path: P
         assert samples['sluice_feed_items_total{feed="feed_",outcome="failed"}'] == 0
         assert 'sluice_feed_partitions_held{feed="feed_"}' in samples
         assert samples['sluice_feed_wakeups_total{feed="feed_"}'] == 0  # SQLite: the worker polls
+        assert samples['sluice_feed_rate_limited_waits_total{feed="feed_"}'] >= 1
+        assert samples['sluice_feed_rate_limited_wait_seconds_total{feed="feed_"}'] > 0
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     assert "metrics on http://127.0.0.1:" in (tmp_path / "worker.log").read_text()

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from sluiceway.feed import Feed
 from tests.support.cli import sluice
 from tests.support.overview import DEAD, HEAD, IN_FLIGHT, ROWS, build
 
@@ -30,6 +31,8 @@ def test_every_figure_is_what_the_test_put_there(
     dsn = str(request.getfixturevalue(f"{dialect}_dsn"))
     # The feed lives in the same database as the outbox: its status queries run on every dialect too.
     built = build(tmp_path / "ws", dsn, feed_dsn=dsn)
+    with Feed(dsn) as feed_client:
+        feed_client.set_rate(5, attribute="tenant", value="acme", burst=2)  # a full bucket: 2 tokens
     report = status_json(built.config)
     assert set(report) >= {"outboxes", "journals", "pipelines", "feeds"}
 
@@ -77,6 +80,9 @@ def test_every_figure_is_what_the_test_put_there(
     assert (feed["live_leases"], feed["expired_leases"]) == (1, 1)
     workers = {w["owner"]: (w["partitions"], w["live_leases"], w["expired_leases"]) for w in feed["workers"]}
     assert workers == {"worker-live": (1, 1, 0), "worker-gone": (1, 0, 1)}
+    assert feed["rate_limits"] == [
+        {"attribute": "tenant", "value": "acme", "max_rate": 5.0, "burst": 2.0, "tokens": 2.0}
+    ]
     assert feed["health"] == "stuck"
 
 

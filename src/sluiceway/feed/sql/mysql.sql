@@ -355,3 +355,62 @@ SELECT 1
 -- Not used here: only a worker sleeping on LISTEN needs to know when its next retry is due;
 -- workers on this database poll.
 SELECT 1
+
+-- name: create_rates
+-- Rate limits: one token bucket per row (see postgres.sql). refilled_at is epoch seconds by the
+-- database clock. A table of its own: older feeds get it with CREATE TABLE IF NOT EXISTS.
+CREATE TABLE IF NOT EXISTS {rates} (
+  attribute       VARCHAR(64) NOT NULL DEFAULT '',
+  attribute_value VARCHAR(255) NOT NULL DEFAULT '',
+  max_rate        DOUBLE NOT NULL,
+  burst           DOUBLE NOT NULL,
+  tokens          DOUBLE NOT NULL,
+  refilled_at     DOUBLE NOT NULL,
+  PRIMARY KEY (attribute, attribute_value),
+  CONSTRAINT {raw_rates_check} CHECK (max_rate > 0 AND burst >= 1)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4
+
+-- name: rates_list
+-- SYSDATE(6), not NOW(6): the time the function runs, not the statement's start (see rate_lock).
+-- UNIX_TIMESTAMP reads it in the session's time zone, the zone SYSDATE gives it in.
+SELECT attribute, attribute_value, max_rate, burst, tokens, refilled_at, UNIX_TIMESTAMP(SYSDATE(6))
+FROM {rates} ORDER BY attribute, attribute_value LIMIT 1000
+
+-- name: rate_lock
+-- A take, step 1: lock the bucket, then read the clock — SYSDATE(6) is evaluated when the row is
+-- read, after any wait behind another worker's take (NOW(6) would be the statement's start).
+SELECT tokens, burst, max_rate, refilled_at, UNIX_TIMESTAMP(SYSDATE(6))
+FROM {rates} WHERE attribute = %(attribute)s AND attribute_value = %(value)s
+FOR UPDATE
+
+-- name: rate_write
+UPDATE {rates} SET tokens = %(tokens)s, refilled_at = GREATEST(refilled_at, %(at)s)
+WHERE attribute = %(attribute)s AND attribute_value = %(value)s
+
+-- name: rate_give_back
+UPDATE {rates} SET tokens = LEAST(burst, tokens + %(tokens)s)
+WHERE attribute = %(attribute)s AND attribute_value = %(value)s
+
+-- name: rate_insert
+-- A new limit starts with a full bucket (its burst).
+INSERT INTO {rates} (attribute, attribute_value, max_rate, burst, tokens, refilled_at)
+VALUES (%(attribute)s, %(value)s, %(max_rate)s, %(burst)s, %(burst)s, UNIX_TIMESTAMP(SYSDATE(6)))
+
+-- name: rate_update
+UPDATE {rates} SET max_rate = %(max_rate)s, burst = %(burst)s, tokens = %(tokens)s,
+    refilled_at = GREATEST(refilled_at, %(at)s)
+WHERE attribute = %(attribute)s AND attribute_value = %(value)s
+
+-- name: rate_delete
+DELETE FROM {rates} WHERE attribute = %(attribute)s AND attribute_value = %(value)s
+
+-- name: claim_in
+-- `claim`, limited to some of our partitions (those sharing a set of rate limits); claim_mark
+-- follows in the same transaction.
+SELECT c.id, c.partition_id, c.gate, c.data, c.attempts, c.version
+FROM {partitions} AS p
+JOIN {items} AS c FORCE INDEX ({raw_items_claim_idx}) ON c.partition_id = p.id AND c.status = 'available' AND c.gate = p.gate
+WHERE p.id IN %(ids)s AND p.owner = %(owner)s AND p.status = 'available' AND p.lease_until > UTC_TIMESTAMP(6)
+  AND c.available_at <= UTC_TIMESTAMP(6)
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED

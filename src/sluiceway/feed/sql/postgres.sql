@@ -471,3 +471,85 @@ SELECT EXTRACT(EPOCH FROM LEAST(
    WHERE s.status = 'available' AND s.owner IS NULL
      AND s.lease_until > now() - %(since)s::float8 * interval '1 second')
 ) - now())
+
+-- name: create_rates
+-- Rate limits (feed/rate.py): one token bucket per row, shared by every worker of the feed. The
+-- whole feed's bucket has attribute = '' (and value = ''); the others apply to the partitions
+-- whose attributes->>attribute is value. refilled_at is epoch seconds by the database clock: the
+-- bucket held `tokens` then. Added with rate limits as a table of its own, so older feeds get it
+-- with CREATE TABLE IF NOT EXISTS — no ALTER TABLE of the busy tables, no lock on them.
+CREATE TABLE IF NOT EXISTS {rates} (
+  attribute       VARCHAR(64) NOT NULL DEFAULT '',
+  attribute_value VARCHAR(255) NOT NULL DEFAULT '',
+  max_rate        DOUBLE PRECISION NOT NULL,
+  burst           DOUBLE PRECISION NOT NULL,
+  tokens          DOUBLE PRECISION NOT NULL,
+  refilled_at     DOUBLE PRECISION NOT NULL,
+  PRIMARY KEY (attribute, attribute_value),
+  CONSTRAINT {raw_rates_check} CHECK (max_rate > 0 AND burst >= 1)
+)
+
+-- name: rates_list
+-- Every limit with the database's now, so the caller can say how full each bucket is (few rows:
+-- limits are set by hand). Workers read it at every renewal to learn which limits exist.
+SELECT attribute, attribute_value, max_rate, burst, tokens, refilled_at,
+       EXTRACT(EPOCH FROM clock_timestamp())::float8
+FROM {rates} ORDER BY attribute, attribute_value LIMIT 1000
+
+-- name: rate_lock
+-- A take, step 1 (in a transaction with rate_write): lock the bucket and read it with the
+-- database's now. clock_timestamp(), not now(): the time after the lock was granted — now() is the
+-- transaction's start, before any wait behind another worker's take, and would credit the wait to
+-- nobody (rate.refill also ignores a now older than refilled_at).
+SELECT tokens, burst, max_rate, refilled_at, EXTRACT(EPOCH FROM clock_timestamp())::float8
+FROM {rates} WHERE attribute = %(attribute)s AND attribute_value = %(value)s
+FOR UPDATE
+
+-- name: rate_write
+-- A take, step 2: the level after the refill and the take, as of `at` (never moved backwards).
+UPDATE {rates} SET tokens = %(tokens)s, refilled_at = GREATEST(refilled_at, %(at)s)
+WHERE attribute = %(attribute)s AND attribute_value = %(value)s
+
+-- name: rate_give_back
+-- Tokens a claim did not use go back into the bucket (never above its burst). One statement:
+-- a row lock held only for the update.
+UPDATE {rates} SET tokens = LEAST(burst, tokens + %(tokens)s)
+WHERE attribute = %(attribute)s AND attribute_value = %(value)s
+
+-- name: rate_insert
+-- A new limit starts with a full bucket (its burst): the bound burst + max_rate · T holds from
+-- the start.
+INSERT INTO {rates} (attribute, attribute_value, max_rate, burst, tokens, refilled_at)
+VALUES (%(attribute)s, %(value)s, %(max_rate)s, %(burst)s, %(burst)s, EXTRACT(EPOCH FROM clock_timestamp()))
+
+-- name: rate_update
+-- A changed limit (rate_lock first): the bucket keeps its level, refilled at the old rate up to
+-- `at`, capped by the new burst.
+UPDATE {rates} SET max_rate = %(max_rate)s, burst = %(burst)s, tokens = %(tokens)s,
+    refilled_at = GREATEST(refilled_at, %(at)s)
+WHERE attribute = %(attribute)s AND attribute_value = %(value)s
+
+-- name: rate_delete
+DELETE FROM {rates} WHERE attribute = %(attribute)s AND attribute_value = %(value)s
+
+-- name: claim_in
+-- The claim of `claim`, limited to some of our partitions (those sharing a set of rate limits):
+-- a worker with rate-limited partitions claims each set up to the tokens it took for it. The same
+-- plan as `claim`, with the partitions narrowed by primary key.
+UPDATE {items} AS i
+SET version = i.version + 1, attempts = i.attempts + 1,
+    available_at = now() + %(lease)s * interval '1 second'
+FROM (
+  SELECT c.id FROM {partitions} AS p
+  CROSS JOIN LATERAL (
+    SELECT o.id FROM {items} AS o
+    WHERE o.partition_id = p.id AND o.gate = p.gate AND o.status = 'available' AND o.available_at <= now()
+    ORDER BY o.priority DESC, o.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+  ) AS c
+  WHERE p.id = ANY(%(ids)s) AND p.owner = %(owner)s AND p.status = 'available' AND p.lease_until > now()
+  LIMIT %(limit)s
+) AS picked
+WHERE i.id = picked.id
+RETURNING i.id, i.partition_id, i.gate, i.data, i.attempts, i.version

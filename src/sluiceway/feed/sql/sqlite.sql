@@ -344,3 +344,64 @@ SELECT 1
 -- Not used here: only a worker sleeping on LISTEN needs to know when its next retry is due;
 -- workers on this database poll.
 SELECT 1
+
+-- name: create_rates
+-- Rate limits: one token bucket per row (see postgres.sql). refilled_at is epoch seconds by the
+-- database clock. A table of its own: older feeds get it with CREATE TABLE IF NOT EXISTS.
+CREATE TABLE IF NOT EXISTS {rates} (
+  attribute       TEXT NOT NULL DEFAULT '',
+  attribute_value TEXT NOT NULL DEFAULT '',
+  max_rate        REAL NOT NULL,
+  burst           REAL NOT NULL,
+  tokens          REAL NOT NULL,
+  refilled_at     REAL NOT NULL,
+  PRIMARY KEY (attribute, attribute_value),
+  CONSTRAINT {raw_rates_check} CHECK (max_rate > 0 AND burst >= 1)
+)
+
+-- name: rates_list
+SELECT attribute, attribute_value, max_rate, burst, tokens, refilled_at,
+       (julianday('now') - 2440587.5) * 86400.0
+FROM {rates} ORDER BY attribute, attribute_value LIMIT 1000
+
+-- name: rate_lock
+-- A take, step 1: the transaction is BEGIN IMMEDIATE (the write lock, taken up front), which
+-- serialises takes as FOR UPDATE does elsewhere.
+SELECT tokens, burst, max_rate, refilled_at, (julianday('now') - 2440587.5) * 86400.0
+FROM {rates} WHERE attribute = :attribute AND attribute_value = :value
+
+-- name: rate_write
+UPDATE {rates} SET tokens = :tokens, refilled_at = max(refilled_at, :at)
+WHERE attribute = :attribute AND attribute_value = :value
+
+-- name: rate_give_back
+UPDATE {rates} SET tokens = min(burst, tokens + :tokens)
+WHERE attribute = :attribute AND attribute_value = :value
+
+-- name: rate_insert
+-- A new limit starts with a full bucket (its burst).
+INSERT INTO {rates} (attribute, attribute_value, max_rate, burst, tokens, refilled_at)
+VALUES (:attribute, :value, :max_rate, :burst, :burst, (julianday('now') - 2440587.5) * 86400.0)
+
+-- name: rate_update
+UPDATE {rates} SET max_rate = :max_rate, burst = :burst, tokens = :tokens, refilled_at = max(refilled_at, :at)
+WHERE attribute = :attribute AND attribute_value = :value
+
+-- name: rate_delete
+DELETE FROM {rates} WHERE attribute = :attribute AND attribute_value = :value
+
+-- name: claim_in
+-- `claim`, limited to some of our partitions (those sharing a set of rate limits).
+UPDATE {items}
+SET version = version + 1, attempts = attempts + 1,
+    available_at = strftime('%Y-%m-%dT%H:%M:%f', 'now', :lease_mod)
+WHERE id IN (
+  SELECT c.id FROM {partitions} AS p
+  JOIN {items} AS c ON c.partition_id = p.id AND c.gate = p.gate AND c.status = 'available'
+  WHERE p.id IN (SELECT value FROM json_each(:ids))
+    AND p.owner = :owner AND p.status = 'available' AND p.lease_until > strftime('%Y-%m-%dT%H:%M:%f', 'now')
+    AND c.available_at <= strftime('%Y-%m-%dT%H:%M:%f', 'now')
+  ORDER BY p.lease_until, p.id, c.priority DESC, c.id
+  LIMIT :limit
+)
+RETURNING id, partition_id, gate, data, attempts, version
