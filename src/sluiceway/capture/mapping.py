@@ -3,13 +3,14 @@
 A change's message::
 
     key     the primary key as in the CDC records (one column: its text; several: a JSON array)
-    value   {"op": "update", "after": {...row...},
+    value   {"op": "update", "before": {...old row...} or null, "after": {...row...},
              "source": {"table": "public.orders", "lsn": "0/1A2B3C8", "xid": 771,
                         "commit_time": "2026-11-27T01:02:03.456789+00:00", "mode": "sync"}}
     headers pg.lsn, pg.xid, sluice.mode, sluice.op (as the pipeline's CDC records), sluice-id
 
-``after`` is null for deletes and truncates (a truncate's key is empty). ``mode`` is ``copy``
-for rows of the initial copy. ``sluice-id`` is the change's place in the stream — its
+``after`` is null for deletes and truncates (a truncate's key is empty); ``before`` is the old
+row of an update or delete where the server sends it whole (``REPLICA IDENTITY FULL``), else null.
+``mode`` is ``copy`` for rows of the initial copy. ``sluice-id`` is the change's place in the stream — its
 transaction's commit LSN times 2^32 plus its index in the transaction — so it grows per key in
 commit order and is the same whenever the change is sent again: the consumer's
 :class:`~sluiceway.harvest.sequence.Deduplicator` drops re-sends by it, and NATS JetStream by the
@@ -24,10 +25,13 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sluiceway.cdc.records import BEFORE_HEADER
 from sluiceway.harvest.sequence import SLUICE_ID
 from sluiceway.journal.record import OP_HEADER
 from sluiceway.outbox.record import MarkedRecord
 
+#: The headers every record of a transaction (or copied chunk) has; others are a row's own.
+_SHARED = frozenset({"pg.lsn", "pg.xid", "sluice.mode"})
 #: Room for the changes of one transaction in a sequence id (``commit LSN << 32 | index``).
 INDEX_BITS = 32
 
@@ -64,7 +68,7 @@ def to_records(
     micros = pc.cast(batch.column("timestamp"), pa.int64()).to_pylist()
     out: list[MarkedRecord] = []
     append = out.append
-    sources: dict[tuple[int, str, int], tuple[bytes, datetime | None, tuple[tuple[str, str], ...]]] = {}
+    sources: dict[tuple[int, str], tuple[bytes, datetime | None, tuple[tuple[str, str], ...]]] = {}
     run_offset, index = -1, 0
     for i in range(n):
         offset = offsets[i]
@@ -72,18 +76,21 @@ def to_records(
             run_offset, index = offset, 0
         namespace, op, key, value = namespaces[i], ops[i], keys[i], values[i]
         pairs = headers[i] or []
-        slot = (offset, namespace, len(pairs))
+        slot = (offset, namespace)
         cached = sources.get(slot)
         if cached is None:
             cached = _source(namespace, micros[i], pairs)
             sources[slot] = cached
         source, created, base = cached
-        if len(pairs) != len(base):  # a row with a header of its own (pg.unchanged-toast)
-            base = tuple((p["key"], p["value"]) for p in pairs)
+        before = b"null"
+        if len(pairs) != len(base):  # headers of its own (pg.before, pg.unchanged-toast)
+            base = tuple((p["key"], p["value"]) for p in pairs if p["key"] != BEFORE_HEADER)
+            before = next((p["value"].encode() for p in pairs if p["key"] == BEFORE_HEADER), b"null")
         sid = (offset << INDEX_BITS) | index
         index += 1
-        body = b'{"op":"%s","after":%s,"source":%s}' % (
+        body = b'{"op":"%s","before":%s,"after":%s,"source":%s}' % (
             op.encode(),
+            before,
             value if value is not None else b"null",
             source,
         )
@@ -103,7 +110,8 @@ def to_records(
 def _source(
     namespace: str, micros: int | None, pairs: list[dict[str, str]]
 ) -> tuple[bytes, datetime | None, tuple[tuple[str, str], ...]]:
-    """A transaction's (or copied chunk's) ``source`` object, commit time and base headers."""
+    """A transaction's (or copied chunk's) ``source`` object, commit time and the headers all its
+    rows share (those of a row's own — its old row, its unchanged TOASTed columns — left out)."""
     found = {p["key"]: p["value"] for p in pairs}
     created = None if micros is None else datetime.fromtimestamp(micros / 1e6, tz=UTC)
     xid = found.get("pg.xid")
@@ -115,4 +123,4 @@ def _source(
         "mode": found.get("sluice.mode", "sync"),
     }
     text = json.dumps(source, separators=(",", ":"), ensure_ascii=False).encode()
-    return text, created, tuple((p["key"], p["value"]) for p in pairs)
+    return text, created, tuple((p["key"], p["value"]) for p in pairs if p["key"] in _SHARED)

@@ -43,6 +43,8 @@ class RowResult:
     old_key: str | None = None
     #: Unchanged TOASTed columns left out of ``value`` (no old row to take them from).
     missing: str = ""
+    #: The whole old row as a JSON object, where the server sent it (``REPLICA IDENTITY FULL``).
+    before: bytes | None = None
 
 
 @dataclass
@@ -54,6 +56,8 @@ class Group:
     old_keys: pa.Array
     #: Row → names of unchanged TOASTed columns left out (rare; from the per-value path).
     missing: dict[int, str] = field(default_factory=dict)
+    #: The old rows as JSON objects (null where the server sent none): ``REPLICA IDENTITY FULL``.
+    befores: pa.Array | None = None
 
 
 class _Walk:
@@ -198,20 +202,22 @@ def decode_group(
     index: list[np.ndarray] = []
     old_keys_all = pa.nulls(n, pa.string())
     fallback: set[int] = set()
+    befores = None
     if new is not None:
         unchanged = np.zeros(len(new_rows), dtype=bool)
         for kind in new.kinds:
             unchanged |= kind == _U
         fallback.update(int(r) for r in new_rows[unchanged])
-        parts: list[object] = ["{"]
-        for i, name in enumerate(names):
-            parts.append(("," if i else "") + to_json(name, _NAME) + ":")
-            parts.append(json_column(new.text(arr, i), types[i]))
-        parts.append("}")
-        values.append(pc.binary_join_element_wise(*parts, "").cast(pa.binary()))
+        values.append(_objects(new, arr, names, types))
         keys.append(_key(new, arr, key_positions, types))
         index.append(new_rows)
     if old is not None:
+        full = flag[old_rows] == _O  # the whole old row (REPLICA IDENTITY FULL), not only its key
+        if full.any():
+            whole = _objects(old, arr, names, types).filter(pa.array(full))
+            mask = np.zeros(n, dtype=bool)
+            mask[old_rows[full]] = True
+            befores = pc.replace_with_mask(pa.nulls(n, pa.binary()), pa.array(mask), whole)
         old_key = _key(old, arr, key_positions, types)
         deletes = kinds[old_rows] == _D
         del_rows = old_rows[deletes]
@@ -234,17 +240,29 @@ def decode_group(
     if old is not None:
         differs = pc.fill_null(pc.not_equal(old_keys_all, key_arr), False)
         old_keys_all = pc.if_else(differs, old_keys_all, pa.scalar(None, pa.string()))
-    group = Group(key_arr, value_arr, old_keys_all)
+    group = Group(key_arr, value_arr, old_keys_all, befores=befores)
     return _patch(group, sorted(fallback), scalar) if fallback else group
+
+
+def _objects(walk: _Walk, arr: np.ndarray, names: Sequence[str], types: Sequence[PgType]) -> pa.Array:
+    """Each row of ``walk`` as a JSON object of every column (``binary``)."""
+    parts: list[object] = ["{"]
+    for i, name in enumerate(names):
+        parts.append(("," if i else "") + to_json(name, _NAME) + ":")
+        parts.append(json_column(walk.text(arr, i), types[i]))
+    parts.append("}")
+    return pc.binary_join_element_wise(*parts, "").cast(pa.binary())
 
 
 def _scalar_group(n: int, scalar: Scalar) -> Group:
     results = [scalar(i) for i in range(n)]
+    befores = [r.before for r in results]
     return Group(
         pa.array([r.key for r in results], pa.string()),
         pa.array([r.value for r in results], pa.binary()),
         pa.array([r.old_key for r in results], pa.string()),
         {i: r.missing for i, r in enumerate(results) if r.missing},
+        pa.array(befores, pa.binary()) if any(b is not None for b in befores) else None,
     )
 
 
@@ -253,11 +271,16 @@ def _patch(group: Group, rows: list[int], scalar: Scalar) -> Group:
     mask = np.zeros(len(group.keys), dtype=bool)
     mask[rows] = True
     where = pa.array(mask)
+    befores = group.befores
+    if befores is not None or any(r.before is not None for r in results):
+        base = befores if befores is not None else pa.nulls(len(group.keys), pa.binary())
+        befores = pc.replace_with_mask(base, where, pa.array([r.before for r in results], pa.binary()))
     return Group(
         pc.replace_with_mask(group.keys, where, pa.array([r.key for r in results], pa.string())),
         pc.replace_with_mask(group.values, where, pa.array([r.value for r in results], pa.binary())),
         pc.replace_with_mask(group.old_keys, where, pa.array([r.old_key for r in results], pa.string())),
         {i: r.missing for i, r in zip(rows, results, strict=True) if r.missing},
+        befores,
     )
 
 

@@ -27,6 +27,8 @@ from sluiceway.errors import InvariantViolation
 from sluiceway.journal.record import ARROW_SCHEMA
 
 _HEADERS = ARROW_SCHEMA.field("headers").type
+#: The header holding a change's old row as JSON, where the server sent it (``REPLICA IDENTITY FULL``).
+BEFORE_HEADER = "pg.before"
 _TIMESTAMP = ARROW_SCHEMA.field("timestamp").type
 
 
@@ -140,6 +142,17 @@ def build_records(
                     t = int(txn[mine][i])
                     blocks[i] = parts.add_block(
                         [*parts.blocks[int(txn_block[t])], ("pg.unchanged-toast", group.missing[r])]
+                    )
+        if group.befores is not None:
+            # The old row, where the server sent it whole (REPLICA IDENTITY FULL): a header of its own.
+            befores = group.befores.take(take)
+            present = np.flatnonzero(pc.is_valid(befores).to_numpy(zero_copy_only=False))
+            if len(present):
+                blocks = blocks.copy()
+                texts = befores.take(pa.array(present)).to_pylist()
+                for i, text in zip(present.tolist(), texts, strict=True):
+                    blocks[i] = parts.add_block(
+                        [*parts.blocks[int(blocks[i])], (BEFORE_HEADER, text.decode())]
                     )
         parts.add(
             seq[mine],

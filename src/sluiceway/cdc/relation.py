@@ -73,11 +73,14 @@ class RelationDecoder:
         if isinstance(change, Update):
             key = self.key(change.new)
             old_key = self.key(change.old) if change.old is not None else None
-            value, missing = self.value(change.new, change.old if change.old_kind == "O" else None)
+            full = change.old if change.old_kind == "O" else None
+            value, missing = self.value(change.new, full)
             changed = old_key if old_key is not None and old_key != key else None
-            return RowResult(key, value, changed, ",".join(missing))
+            before = None if full is None else self.value(full, None)[0]
+            return RowResult(key, value, changed, ",".join(missing), before)
         if isinstance(change, Delete):
-            return RowResult(self.key(change.old), None)
+            before = self.value(change.old, None)[0] if change.old_kind == "O" else None
+            return RowResult(self.key(change.old), None, before=before)
         raise InvariantViolation(f"not a row change: {type(change).__name__}")
 
 

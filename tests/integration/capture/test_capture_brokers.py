@@ -100,6 +100,9 @@ def test_a_message_carries_op_after_and_source_with_the_commit(
     )  # fmt: skip
     from confluent_kafka import Consumer, TopicPartition
 
+    with psycopg.connect(items, autocommit=True) as conn:
+        conn.execute("ALTER TABLE items REPLICA IDENTITY FULL")  # old rows whole: `before`
+
     def series(name: str) -> float:
         for line in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text.splitlines():
             if line.startswith(f'{name}{{capture="cap_fmt"}}'):
@@ -127,11 +130,14 @@ def test_a_message_carries_op_after_and_source_with_the_commit(
     update, delete = (json.loads(m.value()) for m in msgs[:2])
     assert [m.key() for m in msgs[:2]] == [b"7", b"8"]
     assert update["op"] == "update" and update["after"] == {"id": 7, "version": 9001, "note": 'x"y'}
+    assert update["before"] == {"id": 7, "version": 7, "note": "seed"}
     assert update["source"]["table"] == "public.items" and update["source"]["mode"] == "sync"
     assert update["source"]["lsn"].count("/") == 1 and update["source"]["commit_time"].endswith("+00:00")
-    assert delete == {"op": "delete", "after": None, "source": delete["source"]}
+    before = {"id": 8, "version": 8, "note": "seed"}
+    assert delete == {"op": "delete", "before": before, "after": None, "source": delete["source"]}
     headers = dict((k, v.decode()) for k, v in msgs[0].headers())
     assert headers["sluice.op"] == "update" and headers["pg.lsn"] == update["source"]["lsn"]
+    assert "pg.before" not in headers  # in the value, not repeated in a header
     assert int(headers["sluice-id"]) >> 32 > 0
 
 

@@ -144,7 +144,7 @@ def test_messages_carry_op_after_source_headers_and_a_sequence_id_per_change() -
     ]
     first = json.loads(records[0].value or b"")
     assert first == {
-        "op": "insert", "after": {"id": 1},
+        "op": "insert", "before": None, "after": {"id": 1},
         "source": {"table": "public.orders", "lsn": "0/10", "xid": 7,
                    "commit_time": "2026-11-27T01:02:03+00:00", "mode": "sync"},
     }  # fmt: skip
@@ -155,3 +155,15 @@ def test_messages_carry_op_after_source_headers_and_a_sequence_id_per_change() -
     assert dict(records[0].headers)["sluice.op"] == "insert" and dict(records[0].headers)["sluice-id"] == str(
         ids[0]
     )
+
+
+def test_the_old_row_sent_whole_becomes_before_and_leaves_the_headers() -> None:
+    rows = batch(0x20, [("update", "1", '{"id":1,"n":2}'), ("insert", "2", '{"id":2}')])
+    headers = rows.column("headers").to_pylist()
+    headers[0] = [*headers[0], {"key": "pg.before", "value": '{"id":1,"n":1}'}]
+    index = rows.schema.get_field_index("headers")
+    rows = rows.set_column(index, rows.schema.field(index), pa.array(headers, rows.schema.field(index).type))
+    update, insert = to_records(rows, TopicMap("t"))
+    assert json.loads(update.value or b"")["before"] == {"id": 1, "n": 1}
+    assert json.loads(insert.value or b"")["before"] is None
+    assert "pg.before" not in dict(update.headers) and dict(update.headers)["pg.xid"] == "7"

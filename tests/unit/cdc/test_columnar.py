@@ -126,5 +126,7 @@ def test_column_wise_decoding_equals_the_value_by_value_reference(
     assert group.values.to_pylist() == [r.value for r in expected]
     assert group.old_keys.to_pylist() == [r.old_key for r in expected]
     assert group.missing == {i: r.missing for i, r in enumerate(expected) if r.missing}
+    befores = group.befores.to_pylist() if group.befores is not None else [None] * len(messages)
+    assert befores == [r.before for r in expected]  # the old row, where it was sent whole
     toasted = {i for i, m in enumerate(messages) if m[:1] == b"U" and b"u" in m}  # an upper bound
     assert set(fallbacks) <= toasted
