@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sluiceway.db import Database, dsn_warnings
 from sluiceway.election.protocol import LeaderElection
+from sluiceway.election.service import ElectedService
 from sluiceway.errors import PublisherFailedError, SluicewayError
 from sluiceway.harvest.config import HarvestConfig
 from sluiceway.harvest.engine import Engine, EngineLimits
@@ -47,7 +47,7 @@ def engine_limits(config: HarvestConfig) -> EngineLimits:
     )
 
 
-class Harvest:
+class Harvest(ElectedService):
     """Harvests an outbox while this process is the elected leader.
 
     >>> cfg = HarvestConfig.from_dict({"harvest": {               # doctest: +SKIP
@@ -82,12 +82,8 @@ class Harvest:
         self._checks_source = store_factory is None
         self._store_factory = store_factory or self._default_store_factory()
         self._publisher_factory = publisher_factory or self._default_publisher_factory()
-        self.election = election or self._default_election()
+        super().__init__(election or self._default_election())
         self._handler: EventHandler | None = None
-        self._stopping = threading.Event()
-        self._leadership = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
         self._ended_by_election = False
         self.engine = Engine(self._store_factory, _NoPublisher(), engine_limits(config), self._emit)
         self.name = h.name
@@ -98,6 +94,8 @@ class Harvest:
         RecordDeadLettered). Called from harvester threads: return quickly."""
         self._handler = handler
 
+    kind = "harvest"
+
     def start(self) -> Harvest:
         if self._thread is not None:
             raise SluicewayError("harvest already started")
@@ -105,8 +103,7 @@ class Harvest:
         if self._spares is not None:
             self._spares.prepare()  # warm a client while the election runs
         self.election.start(_Listener(self))
-        self._thread = threading.Thread(target=self._run, name=f"sluice-harvest-{self.name}", daemon=True)
-        self._thread.start()
+        self._start_thread(f"sluice-harvest-{self.name}")
         return self
 
     def check_source(self) -> OutboxLocation:
@@ -141,27 +138,10 @@ class Harvest:
     def stop(self) -> None:
         """Stop marking, let in-flight deliveries finish (or leave them for the next leader), release
         leadership. Idempotent."""
-        self._stopping.set()
-        with self._leadership:
-            self._leadership.notify_all()
-        if self._thread is not None:
-            self._thread.join()
+        self._signal_stop()
+        self._join()
         self.election.stop()
         self._close_shared()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the harvester ends (``stop`` or a fatal error). Returns False on timeout;
-        re-raises a fatal error."""
-        if self._thread is None:
-            raise SluicewayError("harvest not started")
-        self._thread.join(timeout)
-        if self._error is not None:
-            raise self._error
-        return not self._thread.is_alive()
-
-    @property
-    def is_leader(self) -> bool:
-        return self.election.is_leader()
 
     def __enter__(self) -> Harvest:
         return self.start()
@@ -175,26 +155,18 @@ class Harvest:
         if handler is not None:
             handler(event)
 
-    def _run(self) -> None:
+    def _main(self) -> None:
         if self._checks_source and self._source is None:
             try:
                 self.check_source()
             except Exception as exc:  # only a log line: the election and the terms retry on their own
                 log.warning("outbox not reachable yet: %s", " ".join(str(exc).split()))
-        try:
-            while not self._stopping.is_set():
-                with self._leadership:
-                    self._leadership.wait_for(
-                        lambda: self._stopping.is_set() or self.election.is_leader(), timeout=0.1
-                    )
-                if self._stopping.is_set():
-                    break
-                if not self.election.is_leader():
-                    continue
+        while not self._stopping.is_set():
+            if self._await_leadership(0.1):
                 self._term()
-        except BaseException as exc:
-            log.exception("harvester stopped by an error")
-            self._error = exc
+
+    def _failed(self, exc: BaseException) -> None:
+        log.error("harvester stopped by an error", exc_info=exc)
 
     def _term(self) -> None:
         epoch = int(getattr(self.election, "epoch", 0))
@@ -207,9 +179,7 @@ class Harvest:
         self.engine.publisher = publisher
         self._ended_by_election = False
 
-        def should_run() -> bool:
-            return not self._stopping.is_set() and self.election.is_leader()
-
+        should_run = self._leading
         try:
             destination = self.config.harvest.describe_destination()
             self.engine.run_term(
@@ -337,22 +307,18 @@ class _Listener:
     def __init__(self, harvest: Harvest) -> None:
         self.h = harvest
 
-    def _wake(self) -> None:
-        with self.h._leadership:
-            self.h._leadership.notify_all()
-
     def leader_acquired(self, epoch: int) -> None:
-        self._wake()
+        self.h._wake()
 
     def leader_revoked(self) -> None:
         self.h._ended_by_election = True
         self.h._emit(LeaderRevoked())
-        self._wake()
+        self.h._wake()
 
     def leader_fenced(self) -> None:
         self.h._ended_by_election = True
         self.h._emit(LeaderFenced())
-        self._wake()
+        self.h._wake()
 
 
 class _NoPublisher:
