@@ -273,10 +273,22 @@ class PrivatePostgres:
     def dsn(self, dbname: str = "postgres") -> str:
         return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}"
 
-    def restart(self, mode: str = "fast", timeout: float = 60.0) -> None:
-        """``pg_ctl restart -m <mode>``: every connection is cut, the server comes back on its port."""
-        import os
+    def restart(self, mode: str = "fast", timeout: float = 60.0, *, down: float = 0.0) -> None:
+        """``pg_ctl restart -m <mode>``: every connection is cut, the server comes back on its port.
 
+        ``down``: keep the server stopped that many seconds before starting it again (``pg_ctl
+        stop`` then ``start``), an outage long enough for clients to retry several times."""
+        import os
+        import time
+
+        if down > 0:
+            data = os.path.join(self.directory, "data")
+            pg_ctl = os.path.join(self.bindir(), "pg_ctl")
+            self._run(pg_ctl, "-D", data, "-m", mode, "-w", "-t", str(int(timeout)), "stop")
+            time.sleep(down)  # the outage itself: nothing to poll for
+            log = os.path.join(self.directory, "log")
+            self._run(pg_ctl, "-D", data, "-l", log, "-w", "-t", str(int(timeout)), "start")
+            return
         self._run(
             os.path.join(self.bindir(), "pg_ctl"),
             "-D",

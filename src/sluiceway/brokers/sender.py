@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,64 +38,13 @@ from sluiceway.brokers.message import Ack, BrokerClient, Message
 from sluiceway.clock import Clock, SystemClock
 from sluiceway.config.brokers import BrokerSettings
 from sluiceway.errors import BrokerError
+from sluiceway.outage import WARN_INTERVAL as WARN_INTERVAL  # re-exported: its home until now
+from sluiceway.outage import WarningThrottle as WarningThrottle
 
 log = logging.getLogger("sluiceway.brokers")
 
 Outcome = Ack | BrokerError
 Done = Callable[[Outcome], None]
-
-#: Seconds between two warnings about the same trouble (the first one is logged at once).
-WARN_INTERVAL = 10.0
-
-
-class WarningThrottle:
-    """Warnings about a lasting trouble, at most one per ``interval``; the next line written says
-    how many were held back, and :meth:`resolved` says when the trouble ended. Not thread-safe:
-    one thread (the Sender's loop) uses it.
-
-    >>> now = [0.0]
-    >>> throttle = WarningThrottle(logging.getLogger("doctest"), 10.0, clock=lambda: now[0])
-    >>> [throttle.warn("down") for now[0] in (0.0, 1.0, 2.0, 11.0)]
-    [True, False, False, True]
-    >>> throttle.held
-    0
-    """
-
-    def __init__(
-        self,
-        logger: logging.Logger,
-        interval: float = WARN_INTERVAL,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.logger = logger
-        self.interval = interval
-        self._clock = clock
-        self._last: float | None = None  # when the last warning was written; None: no trouble
-        self.held = 0
-
-    def warn(self, msg: str, *args: object) -> bool:
-        """Log ``msg`` unless a warning was written less than ``interval`` ago; True if logged."""
-        now = self._clock()
-        if self._last is not None and now - self._last < self.interval:
-            self.held += 1
-            return False
-        held, self.held, self._last = self.held, 0, now
-        if held:
-            self.logger.warning(msg + " (%d more such warnings held back)", *args, held)
-        else:
-            self.logger.warning(msg, *args)
-        return True
-
-    def resolved(self, msg: str, *args: object) -> None:
-        """The trouble is over: say so once (if a warning was written), and start afresh."""
-        if self._last is None:
-            return
-        held, self.held, self._last = self.held, 0, None
-        if held:
-            self.logger.info(msg + " (%d more warnings held back since the last one)", *args, held)
-        else:
-            self.logger.info(msg, *args)
 
 
 @dataclass(slots=True, eq=False)

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from sluiceway.clock import Clock, SystemClock
 from sluiceway.election.protocol import ElectionListener, LeaseStore
 from sluiceway.errors import DatabaseError
+from sluiceway.outage import OUTAGE_REMINDER, WarningThrottle
 
 log = logging.getLogger("sluiceway.election")
 
@@ -56,6 +57,7 @@ class LeaseCampaign:
         self._lock = threading.Lock()
         self.renew_interval = ttl / 4
         self.retry_interval = min(ttl / 4, 0.5)
+        self._outage = WarningThrottle(log, OUTAGE_REMINDER, clock=self.clock.monotonic)
 
     def is_leader(self) -> bool:
         return self._leader and self.clock.monotonic() < self._valid_until
@@ -66,12 +68,18 @@ class LeaseCampaign:
         try:
             if self._leader:
                 self._renew()
-                return self.renew_interval
-            return 0.0 if self._try_acquire() else self.retry_interval
+                wait = self.renew_interval
+            else:
+                wait = 0.0 if self._try_acquire() else self.retry_interval
         except DatabaseError as exc:
-            log.warning("lease %s: database call failed: %s", self.name, exc)
+            # One line per outage (a reminder a minute while it lasts), not one per attempt.
+            self._outage.warn("lease %s: database call failed (%s); retrying", self.name, exc)
             self._check_deadline()
             return min(self.retry_interval, 0.5)
+        self._outage.resolved(
+            "lease %s: database reachable again after %.1fs", self.name, self._outage.duration()
+        )
+        return wait
 
     def resign(self) -> None:
         """Release the lease if held (on stop), so a rival need not wait for it to expire."""

@@ -30,6 +30,7 @@ import logging
 from sluiceway.clock import Clock
 from sluiceway.db import DataSource, Listener
 from sluiceway.errors import DatabaseError, DatabaseRefusedError, DatabaseUnavailableError
+from sluiceway.outage import OUTAGE_REMINDER, WarningThrottle
 
 log = logging.getLogger("sluiceway.feed")
 
@@ -42,7 +43,14 @@ class WakeUps:
     :meth:`interrupt`."""
 
     def __init__(
-        self, source: DataSource, listen_sql: str, *, owner: str, poll_interval: float, clock: Clock
+        self,
+        source: DataSource,
+        listen_sql: str,
+        *,
+        owner: str,
+        poll_interval: float,
+        clock: Clock,
+        outage: WarningThrottle | None = None,
     ) -> None:
         self.owner = owner
         self.poll_interval = poll_interval
@@ -53,6 +61,8 @@ class WakeUps:
         self.listens = 0
         self._failures = 0
         self._retry_at = clock.monotonic()
+        # Shared with the worker's loop (which meets the same outage): one line per outage.
+        self._outage = outage or WarningThrottle(log, OUTAGE_REMINDER, clock=clock.monotonic)
 
     @property
     def listening(self) -> bool:
@@ -71,9 +81,8 @@ class WakeUps:
         try:
             received = self.listener.wait(timeout)
         except DatabaseUnavailableError as exc:
-            log.warning(
-                "feed worker %s: lost its listening connection (%s); listening again", self.owner, exc
-            )
+            # The loop's own statements meet the same outage and warn about it: one line is enough.
+            log.info("feed worker %s: lost its listening connection (%s); listening again", self.owner, exc)
             return self._listen()
         self.notifications += received
         return received > 0
@@ -88,12 +97,15 @@ class WakeUps:
             self._failures += 1
             pause = min(MAX_RELISTEN_PAUSE, self.poll_interval * 2 ** min(self._failures, 12))
             self._retry_at = self.clock.monotonic() + pause
-            log.warning(
-                "feed worker %s: cannot listen for wake-ups (%s); polling every %gs, again in %.1fs",
-                self.owner, exc, self.poll_interval, pause,
+            # One line per outage (a reminder a minute while it lasts), not one per attempt.
+            self._outage.warn(
+                "feed worker %s: cannot listen for wake-ups (%s); polling every %gs meanwhile",
+                self.owner, exc, self.poll_interval,
             )  # fmt: skip
             return False
-        if self._failures or self.listens:
+        if self._outage.troubled:
+            self._outage.resolved("feed worker %s: listening for wake-ups again", self.owner)
+        elif self._failures or self.listens:
             log.info("feed worker %s: listening for wake-ups again", self.owner)
         self._failures = 0
         self.listens += 1

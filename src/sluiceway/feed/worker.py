@@ -57,6 +57,7 @@ from sluiceway.feed.processors import Encoding, load_processor
 from sluiceway.feed.rate import RateKey, keys_for
 from sluiceway.feed.store import FeedStore, Held, table_names
 from sluiceway.feed.wakeup import WakeUps
+from sluiceway.outage import OUTAGE_REMINDER, WarningThrottle
 
 log = logging.getLogger("sluiceway.feed")
 
@@ -296,12 +297,13 @@ class FeedWorker:
         )
         started = self.clock.monotonic()
         failures = 0
+        outage = WarningThrottle(log, OUTAGE_REMINDER, clock=self.clock.monotonic)
         self._due = _NextDue()
         if self.wake_ups and not until_idle:
             # Not listening yet: the first rest listens, then returns at once for a catch-up look.
             self._wake = WakeUps(
                 self.source, store.q["listen"], owner=self.owner, poll_interval=self.poll_interval,
-                clock=self.clock,
+                clock=self.clock, outage=outage,
             )  # fmt: skip
         wake = self._wake
         try:
@@ -330,15 +332,23 @@ class FeedWorker:
                         busy = self._balance(store, allow_steal=False) > 0
                         last_balance = now
                     woken = False
+                    if failures:
+                        outage.resolved(
+                            "feed worker %s: database reachable again after %.1fs (%d failed cycles)",
+                            self.owner, outage.duration(), failures,
+                        )  # fmt: skip
                     failures = 0
                 except DatabaseRefusedError:
                     raise  # a refused login, a dropped database: permanent, never retried
                 except DatabaseError as exc:
                     failures += 1
                     pause = min(self.renew_interval, self.poll_interval * 2 ** min(failures, 6))
-                    log.warning(
-                        "feed worker %s: database call failed (%s); again in %.1fs", self.owner, exc, pause
-                    )
+                    # One line per outage (and a reminder a minute while it lasts), not one per
+                    # cycle: a restart meets every cycle of its few seconds.
+                    outage.warn(
+                        "feed worker %s: database call failed (%s); retrying with backoff (up to %.1fs)",
+                        self.owner, exc, self.renew_interval,
+                    )  # fmt: skip
                     self._stop.wait(pause)
                     continue
                 if until_idle:

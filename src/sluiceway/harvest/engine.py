@@ -53,6 +53,7 @@ from sluiceway.harvest.events import (
 from sluiceway.harvest.ports import Delivery, OutboxStore, Publisher, Wakeups
 from sluiceway.harvest.sequence import with_sequence_headers
 from sluiceway.harvest.shards import ShardQueue
+from sluiceway.outage import OUTAGE_REMINDER, WarningThrottle
 from sluiceway.outbox.record import MarkedRecord
 
 log = logging.getLogger("sluiceway.harvest")
@@ -137,6 +138,7 @@ class Term:
         self._deliveries: deque[Delivery] = deque()
         self._delivery_signal = threading.Event()
         self._purger_stop = False
+        self._purge_outage = WarningThrottle(log, OUTAGE_REMINDER)  # the purge/reset thread's only
         self._handoff: queue.Queue[tuple[int, int, list[MarkedRecord]]] = queue.Queue(maxsize=1)
         self._outstanding = 0  # handed to the publisher, delivery report not yet settled
         self._outstanding_lock = threading.Lock()
@@ -203,6 +205,7 @@ class Term:
         store: OutboxStore | None = None
         wake: Wakeups | None = None
         last_meter = time.monotonic()
+        outage = WarningThrottle(log, OUTAGE_REMINDER)
         try:
             store = engine.store_factory()
             # Listening starts before the first mark: a row added after a mark that found nothing
@@ -227,15 +230,19 @@ class Term:
                 except DatabaseRefusedError:
                     raise  # a refused login, a dropped database: permanent, the harvester stops
                 except DatabaseError as exc:
-                    log.warning(
+                    repeated = outage.troubled
+                    # One line per outage (a reminder a minute while it lasts), not one per attempt.
+                    outage.warn(
                         "mark failed (%s); backing off %.3fs and re-marking under a new leader id",
                         exc,
                         lim.io_error_backoff,
                     )
-                    # The UPDATE may have committed on the server: a new id makes those rows eligible again.
-                    self._refresh("mark failed")
+                    # The UPDATE may have committed on the server: a new id makes those rows eligible
+                    # again. Every attempt takes one; only the first of an outage says so.
+                    self._refresh("mark failed", quiet=repeated)
                     self._sleep(lim.io_error_backoff)
                     continue
+                outage.resolved("marking again after %.1fs", outage.duration())
                 if not marked:
                     # Still tell the admit loop (if it has room): the dispatcher forgets which
                     # purged ids a stale batch could hold only as later batches come through.
@@ -291,13 +298,17 @@ class Term:
         self._parked_seen, self._parked_at = seen, now
         return self._parked
 
-    def _refresh(self, why: str) -> None:
-        """Take a fresh leader id (marker thread only)."""
+    def _refresh(self, why: str, *, quiet: bool = False) -> None:
+        """Take a fresh leader id (marker thread only); ``quiet``: at DEBUG (an outage's later attempts)."""
         leader_id = str(uuid.uuid4())
         dropped = self.dispatcher.refresh()
         self.leader_id = leader_id
-        log.info(
-            "leader id refreshed (%s): %s; %d pending records will be re-marked", why, leader_id, dropped
+        log.log(
+            logging.DEBUG if quiet else logging.INFO,
+            "leader id refreshed (%s): %s; %d pending records will be re-marked",
+            why,
+            leader_id,
+            dropped,
         )
         self.engine.emit(LeaderRefreshed(leader_id))
 
@@ -461,16 +472,19 @@ class Term:
     def _purge(self, store: OutboxStore, ids: list[int]) -> bool:
         backoff = self.limits.io_error_backoff
         tries_after_stop = 0
+        outage = self._purge_outage
         while True:
             try:
                 store.purge(ids)
+                outage.resolved("purging again after %.1fs", outage.duration())
                 return True
             except DatabaseRefusedError:
                 raise  # permanent: the term stops (the rows stay for the next leader)
             except DatabaseError as exc:
                 # The records stay in their windows: the successors of these records must not be
                 # purged (or sent, with one in flight per key) while the rows might still exist.
-                log.warning("purge of %d rows failed (%s); retrying in %.3fs", len(ids), exc, backoff)
+                # One line per outage (a reminder a minute while it lasts), not one per attempt.
+                outage.warn("purge of %d rows failed (%s); retrying every %.3fs", len(ids), exc, backoff)
                 if self._stopping.is_set():
                     tries_after_stop += 1
                     if tries_after_stop > 3:
