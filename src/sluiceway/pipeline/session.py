@@ -7,6 +7,44 @@ import sys
 from pathlib import Path
 from typing import Any
 
+#: Data source options whose values Spark masks wherever it shows a plan (the UI's SQL tab, the
+#: event log, ``explain``): our sources take their DSN as ``dsn`` and broker URLs as ``url`` or
+#: ``servers``, and Spark's own pattern (``spark.redaction.regex``: password, secret, token) adds
+#: Kafka's ``kafka.sasl.password``.
+REDACTED_OPTIONS = "(?i)url|dsn|servers|password|secret|token"
+
+
+def session_settings(
+    master: str = "local[*]", *, warehouse: str | None = None, conf: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The Spark settings :func:`build_session` gives a session for ``master`` (``conf`` last, so
+    a pipeline spec's ``spark:`` mapping wins).
+
+    >>> session_settings("local[2]")["spark.ui.enabled"]
+    'false'
+    >>> session_settings("sc://spark:15002", conf={"spark.sql.shuffle.partitions": "8"})
+    {'spark.sql.shuffle.partitions': '8'}
+    """
+    settings: dict[str, str] = {}
+    if not master.startswith("sc://"):
+        settings = {
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.shuffle.partitions": "4",
+            "spark.sql.session.timeZone": "UTC",
+            # Parquet sinks written by Spark: timestamps as microseconds, not the legacy INT96.
+            "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+            "spark.driver.memory": "2g",
+            "spark.sql.execution.arrow.pyspark.enabled": "true",
+            "spark.python.worker.reuse": "true",
+            # Masks our sources' DSNs and URLs in every plan Spark shows (its UI, explain, event logs).
+            "spark.sql.redaction.options.regex": REDACTED_OPTIONS,
+        }
+        if warehouse:
+            settings["spark.sql.warehouse.dir"] = warehouse
+    settings.update(conf or {})
+    return settings
+
 
 def build_session(
     master: str = "local[*]",
@@ -40,21 +78,8 @@ def build_session(
 
         builder = ConnectSession.builder.appName(app_name).remote(master)
     else:
-        builder = (
-            builder.master(master)
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "4")
-            .config("spark.sql.session.timeZone", "UTC")
-            # Parquet sinks written by Spark: timestamps as microseconds, not the legacy INT96.
-            .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-            .config("spark.driver.memory", "2g")
-            .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-            .config("spark.python.worker.reuse", "true")
-        )
-        if warehouse:
-            builder = builder.config("spark.sql.warehouse.dir", warehouse)
-    for key, value in (conf or {}).items():
+        builder = builder.master(master)
+    for key, value in session_settings(master, warehouse=warehouse, conf=conf).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     if not master.startswith("sc://"):
