@@ -408,11 +408,16 @@ class FeedStore:
         return {int(r[0]) for r in self.db.fetchall(self.q["owned"], {"owner": owner}, what="feed owned")}
 
     def census(self) -> Census:
-        owners = {
-            str(r[0]): int(r[1]) for r in self.db.fetchall(self.q["census_owners"], what="feed census owners")
-        }
-        row = self.db.fetchone(self.q["census_available"], what="feed census")
-        return Census(available=int(row[0]) if row else 0, owners=owners)
+        """Live owners and available partitions, in one statement (the NULL owner's row is the
+        count of available partitions)."""
+        owners: dict[str, int] = {}
+        available = 0
+        for owner, count in self.db.fetchall(self.q["census"], what="feed census"):
+            if owner is None:
+                available = int(count)
+            else:
+                owners[str(owner)] = int(count)
+        return Census(available=available, owners=owners)
 
     def free_partitions(self, limit: int) -> list[FreePartition]:
         """One page of free or expired partitions, highest priority first."""

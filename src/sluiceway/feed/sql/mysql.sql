@@ -169,14 +169,14 @@ WHERE owner = %(owner)s AND status = 'available'
 -- name: owned
 SELECT id FROM {partitions} WHERE owner = %(owner)s AND status = 'available'
 
--- name: census_owners
+-- name: census
+-- Live owners, then (NULL owner) the available partitions, not counting those scheduled for
+-- later (see postgres.sql).
 SELECT owner, count(*) FROM {partitions}
 WHERE status = 'available' AND owner IS NOT NULL AND lease_until > UTC_TIMESTAMP(6)
 GROUP BY owner
-
--- name: census_available
--- Partitions scheduled for later are not work yet (see postgres.sql).
-SELECT count(*) FROM {partitions}
+UNION ALL
+SELECT NULL, count(*) FROM {partitions}
 WHERE status = 'available' AND (owner IS NOT NULL OR lease_until <= UTC_TIMESTAMP(6))
 
 -- name: free_partitions

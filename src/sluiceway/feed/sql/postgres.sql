@@ -214,17 +214,18 @@ WHERE id IN (
 -- name: owned
 SELECT id FROM {partitions} WHERE owner = %(owner)s AND status = 'available'
 
--- name: census_owners
--- Live owners are those with unexpired leases (by the database clock). Bounded by the number
--- of workers, not partitions.
+-- name: census
+-- What a balance needs, in one round trip (an idle worker's look is this and little else): the
+-- live owners — owners of unexpired leases, by the database clock; rows bounded by the number of
+-- workers — and, as the row with a NULL owner, the partitions available to work on. Partitions
+-- scheduled for later (free, lease_until ahead) are not work yet: counting them would raise every
+-- worker's target for partitions nobody can take.
 SELECT owner, count(*) FROM {partitions}
 WHERE status = 'available' AND owner IS NOT NULL AND lease_until > now()
 GROUP BY owner
-
--- name: census_available
--- Partitions scheduled for later (free, lease_until ahead) are not work yet: counting them would
--- raise every worker's target for partitions nobody can take.
-SELECT count(*) FROM {partitions} WHERE status = 'available' AND (owner IS NOT NULL OR lease_until <= now())
+UNION ALL
+SELECT NULL, count(*) FROM {partitions}
+WHERE status = 'available' AND (owner IS NOT NULL OR lease_until <= now())
 
 -- name: free_partitions
 -- One page of free or expired partitions (never an unbounded list), highest priority first. The

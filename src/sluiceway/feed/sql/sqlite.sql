@@ -157,14 +157,14 @@ WHERE owner = :owner AND status = 'available'
 -- name: owned
 SELECT id FROM {partitions} WHERE owner = :owner AND status = 'available'
 
--- name: census_owners
+-- name: census
+-- Live owners, then (NULL owner) the available partitions, not counting those scheduled for
+-- later (see postgres.sql).
 SELECT owner, count(*) FROM {partitions}
 WHERE status = 'available' AND owner IS NOT NULL AND lease_until > strftime('%Y-%m-%dT%H:%M:%f', 'now')
 GROUP BY owner
-
--- name: census_available
--- Partitions scheduled for later are not work yet (see postgres.sql).
-SELECT count(*) FROM {partitions}
+UNION ALL
+SELECT NULL, count(*) FROM {partitions}
 WHERE status = 'available' AND (owner IS NOT NULL OR lease_until <= strftime('%Y-%m-%dT%H:%M:%f', 'now'))
 
 -- name: free_partitions
