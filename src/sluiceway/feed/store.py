@@ -19,7 +19,16 @@ from sluiceway.db.identifiers import derived_name
 from sluiceway.errors import ConfigError, InvariantViolation
 from sluiceway.feed.balance import Census, FreePartition
 from sluiceway.feed.core import Claimed, Decision, GateSummary, Outcome, OutcomeKind
-from sluiceway.feed.model import FeedStatus, ItemRecord, NotBefore, Page, Partition, Status, WorkerLeases
+from sluiceway.feed.model import (
+    FeedStatus,
+    ItemRecord,
+    NotBefore,
+    Page,
+    Partition,
+    ScheduledWork,
+    Status,
+    WorkerLeases,
+)
 from sluiceway.feed.rate import Grant, RateKey, RateLimit, grant, refill
 
 _PREFIX = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]{0,62}\.)?[A-Za-z0-9_]{0,40}$")
@@ -770,4 +779,12 @@ class FeedStore:
         ]
         ready = int(lag[0] or 0) if lag else 0
         age = None if not lag or lag[1] is None else float(lag[1])
-        return FeedStatus(parts, items, ready, age, workers, items_by_gate, priorities, self.rate_limits())
+        limits, scheduled = self.rate_limits(), self._scheduled()
+        return FeedStatus(parts, items, ready, age, workers, items_by_gate, priorities, limits, scheduled)
+
+    def _scheduled(self) -> ScheduledWork:
+        row = self.db.fetchone(self.q["status_scheduled"], what="feed status scheduled")
+        if row is None:
+            return ScheduledWork()
+        dues = [due for due in (_ts(row[1]), _ts(row[3])) if due is not None]
+        return ScheduledWork(int(row[0] or 0), int(row[2] or 0), min(dues) if dues else None)

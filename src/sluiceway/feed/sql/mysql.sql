@@ -336,6 +336,14 @@ SELECT COALESCE(SUM(available_at <= UTC_TIMESTAMP(6)), 0),
        TIMESTAMPDIFF(MICROSECOND, MIN(created_at), UTC_TIMESTAMP(6)) / 1e6
 FROM {items} WHERE status = 'available'
 
+-- name: status_scheduled
+-- Work held back to a time on purpose (see postgres.sql).
+SELECT
+  (SELECT count(*) FROM {partitions} WHERE status = 'available' AND owner IS NULL AND lease_until > UTC_TIMESTAMP(6)),
+  (SELECT min(lease_until) FROM {partitions} WHERE status = 'available' AND owner IS NULL AND lease_until > UTC_TIMESTAMP(6)),
+  (SELECT count(*) FROM {items} WHERE status = 'available' AND attempts = 0 AND available_at > UTC_TIMESTAMP(6)),
+  (SELECT min(available_at) FROM {items} WHERE status = 'available' AND attempts = 0 AND available_at > UTC_TIMESTAMP(6))
+
 -- name: status_workers
 -- The last column counts the owner's expired leases (a worker that died or lost its database).
 SELECT owner, count(*), min(lease_until), max(lease_until), max(lease_until) > UTC_TIMESTAMP(6),

@@ -430,6 +430,18 @@ SELECT status, gate, count(*) FROM {items} GROUP BY status, gate ORDER BY status
 SELECT count(*) FILTER (WHERE available_at <= now()), EXTRACT(EPOCH FROM now() - min(created_at))
 FROM {items} WHERE status = 'available'
 
+-- name: status_scheduled
+-- Work held back to a time on purpose, with the first due time of each kind: free partitions
+-- scheduled for later (not_before: free, lease_until ahead — a range of the scheduled index), and
+-- open items never attempted whose available_at lies ahead (not_before, or a retry_in before any
+-- failure). A claim counts an attempt, so items in flight and retries backing off are not in it.
+-- Two minima, not one LEAST: MySQL's and SQLite's return NULL when either side is NULL.
+SELECT
+  (SELECT count(*) FROM {partitions} WHERE status = 'available' AND owner IS NULL AND lease_until > now()),
+  (SELECT min(lease_until) FROM {partitions} WHERE status = 'available' AND owner IS NULL AND lease_until > now()),
+  (SELECT count(*) FROM {items} WHERE status = 'available' AND attempts = 0 AND available_at > now()),
+  (SELECT min(available_at) FROM {items} WHERE status = 'available' AND attempts = 0 AND available_at > now())
+
 -- name: status_workers
 -- The last column counts the owner's expired leases (a worker that died or lost its database).
 SELECT owner, count(*), min(lease_until), max(lease_until), max(lease_until) > now(),

@@ -324,6 +324,14 @@ SELECT coalesce(sum(available_at <= strftime('%Y-%m-%dT%H:%M:%f', 'now')), 0),
        (julianday('now') - julianday(min(created_at))) * 86400.0
 FROM {items} WHERE status = 'available'
 
+-- name: status_scheduled
+-- Work held back to a time on purpose (see postgres.sql).
+SELECT
+  (SELECT count(*) FROM {partitions} WHERE status = 'available' AND owner IS NULL AND lease_until > strftime('%Y-%m-%dT%H:%M:%f', 'now')),
+  (SELECT min(lease_until) FROM {partitions} WHERE status = 'available' AND owner IS NULL AND lease_until > strftime('%Y-%m-%dT%H:%M:%f', 'now')),
+  (SELECT count(*) FROM {items} WHERE status = 'available' AND attempts = 0 AND available_at > strftime('%Y-%m-%dT%H:%M:%f', 'now')),
+  (SELECT min(available_at) FROM {items} WHERE status = 'available' AND attempts = 0 AND available_at > strftime('%Y-%m-%dT%H:%M:%f', 'now'))
+
 -- name: status_workers
 -- The last column counts the owner's expired leases (a worker that died or lost its database).
 SELECT owner, count(*), min(lease_until), max(lease_until),
