@@ -362,11 +362,11 @@ def quiet_worker(
 def test_a_quiet_worker_sends_at_most_one_statement_in_ten_seconds(
     feed: Feed, postgres_dsn: str, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Holding nothing on an empty feed: no renewal, no balance every lease/3 (eight would fall in
+    # Holding nothing on an empty feed: no renewal, no balance every lease/3 (six would fall in
     # the window, five statements each, before the quiet rest) — it rests on LISTEN.
     worker, statements = quiet_worker(monkeypatch, postgres_dsn, prefix, Seen(), fallback_poll=FALLBACK)
     try:
-        window = 4.0
+        window = 3.0
         sent = statements.over(window)
         assert len(sent) <= 0.1 * window, sent
         feed.add("woken", [b"w"])  # and it still wakes for work
@@ -383,7 +383,7 @@ def test_a_quiet_worker_looks_at_the_fallback_with_two_statements(
     fallback = 1.0
     worker, statements = quiet_worker(monkeypatch, postgres_dsn, prefix, Seen(), fallback_poll=fallback)
     try:
-        window = 4.0
+        window = 3.0
         sent = statements.over(window)
         looks = window / fallback
         assert set(sent) <= {"feed census", "feed next due"}, sent
