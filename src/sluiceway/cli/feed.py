@@ -19,7 +19,7 @@ from sluiceway.cli.common import METRICS_ADDR_HELP, console, fail, friendly_erro
 from sluiceway.clock import duration_seconds
 from sluiceway.db import Database
 from sluiceway.errors import DatabaseError
-from sluiceway.feed import Feed, FeedStatus, FeedWorker, RateLimit, Status
+from sluiceway.feed import Feed, FeedStatus, FeedWorker, RateLimit, ScheduledWork, Status
 
 app = typer.Typer(
     help=(
@@ -345,6 +345,26 @@ def _rates_table(limits: list[RateLimit]) -> Table:
     return table
 
 
+def _scheduled_json(scheduled: ScheduledWork) -> dict[str, Any]:
+    due = scheduled.next_due
+    return {
+        "partitions": scheduled.partitions,
+        "items": scheduled.items,
+        "next_due": None if due is None else due.isoformat(),
+    }
+
+
+def _scheduled_table(scheduled: ScheduledWork) -> Table:
+    table = Table(title="scheduled (not due yet)")
+    for col in ("of", "count"):
+        table.add_column(col, justify="left" if col == "of" else "right")
+    table.add_row("partitions", str(scheduled.partitions))
+    table.add_row("items", str(scheduled.items))
+    due = scheduled.next_due
+    table.add_row("next due", "-" if due is None else f"{_age(due)} ({due.isoformat(timespec='seconds')})")
+    return table
+
+
 def _status_json(s: FeedStatus) -> dict[str, Any]:
     return {
         "partitions": [{"status": st, "gate": g, "count": n} for st, g, n in s.partitions],
@@ -352,6 +372,7 @@ def _status_json(s: FeedStatus) -> dict[str, Any]:
         "ready_items": s.ready_items,
         "open_by_priority": [{"of": of, "priority": p, "count": n} for of, p, n in s.open_by_priority],
         "rate_limits": [_rate_json(limit) for limit in s.rate_limits],
+        "scheduled": _scheduled_json(s.scheduled),
         "oldest_available_age_seconds": s.oldest_available_age,
         "workers": [
             {
@@ -408,6 +429,8 @@ def status(
         for of, p, n in s.open_by_priority:
             by_priority.add_row(of, str(p), str(n))
         console.print(by_priority)
+    if s.scheduled.partitions or s.scheduled.items:
+        console.print(_scheduled_table(s.scheduled))
     if s.rate_limits:
         console.print(_rates_table(s.rate_limits))
     console.print(workers)

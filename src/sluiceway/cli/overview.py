@@ -48,6 +48,14 @@ def _n(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
+def _scheduled(scheduled: dict[str, Any] | None) -> str:
+    """A feed's scheduled work: "2 partitions, 5 items, next 2030-01-01T08:00:00Z", or "-"."""
+    if not scheduled or not (scheduled["partitions"] or scheduled["items"]):
+        return "-"
+    due = str(scheduled["next_due"]).split(".")[0].replace("+00:00", "") + "Z"
+    return f"{scheduled['partitions']} partitions, {scheduled['items']} items, next {due}"
+
+
 def _health(entry: dict[str, Any]) -> Text:
     return styled((entry["health"], _HEALTH_STYLE.get(entry["health"], "")))
 
@@ -106,14 +114,15 @@ def _tables(report: dict[str, Any]) -> Group:
         out.append(t)
     if report["feeds"]:
         t = Table(title="feeds", title_justify="left")
-        for col in ("name", "health", "partitions", "items (status@gate)", "ready", "live leases", "expired"):
+        columns = ("name", "health", "partitions", "items (status@gate)", "ready", "scheduled", "live leases")
+        for col in (*columns, "expired"):
             t.add_column(col)
         for e in report["feeds"]:
             parts = ", ".join(f"{p['count']} {p['status']}@{p['gate']}" for p in e["partitions"] or [])
             items = ", ".join(f"{i['count']} {i['status']}@{i['gate']}" for i in e["items"] or [])
             t.add_row(
-                e["name"], _health(e), parts or "-", items or "-", _n(e["ready_items"]), _n(e["live_leases"]),
-                _n(e["expired_leases"]),
+                e["name"], _health(e), parts or "-", items or "-", _n(e["ready_items"]),
+                _scheduled(e["scheduled"]), _n(e["live_leases"]), _n(e["expired_leases"]),
             )  # fmt: skip
         out.append(t)
     if report.get("captures"):

@@ -286,6 +286,18 @@ class WorkerLeases:
 
 
 @dataclass(frozen=True, slots=True)
+class ScheduledWork:
+    """Work held back to a time on purpose, by the database's clock: free partitions whose
+    ``not_before`` is ahead, and open items never attempted whose ``available_at`` is (their
+    ``not_before``, or a ``retry_in`` before any failure) — not retries backing off, nor items in
+    flight. ``next_due``: the first of them to come due."""
+
+    partitions: int = 0
+    items: int = 0
+    next_due: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class FeedStatus:
     """A snapshot for ``sluice feed status``."""
 
@@ -299,6 +311,8 @@ class FeedStatus:
     open_by_priority: list[tuple[str, int, int]] = field(default_factory=list)
     #: Rate limits with their buckets' levels now (``Feed.set_rate``).
     rate_limits: list[RateLimit] = field(default_factory=list)
+    #: Scheduled work not due yet (``not_before``), and when the first of it is.
+    scheduled: ScheduledWork = field(default_factory=ScheduledWork)
 
 
 @dataclass(slots=True)

@@ -19,7 +19,16 @@ from sluiceway.db.identifiers import derived_name
 from sluiceway.errors import ConfigError, InvariantViolation
 from sluiceway.feed.balance import Census, FreePartition
 from sluiceway.feed.core import Claimed, Decision, GateSummary, Outcome, OutcomeKind
-from sluiceway.feed.model import FeedStatus, ItemRecord, NotBefore, Page, Partition, Status, WorkerLeases
+from sluiceway.feed.model import (
+    FeedStatus,
+    ItemRecord,
+    NotBefore,
+    Page,
+    Partition,
+    ScheduledWork,
+    Status,
+    WorkerLeases,
+)
 from sluiceway.feed.rate import Grant, RateKey, RateLimit, grant, refill
 
 _PREFIX = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]{0,62}\.)?[A-Za-z0-9_]{0,40}$")
@@ -408,11 +417,16 @@ class FeedStore:
         return {int(r[0]) for r in self.db.fetchall(self.q["owned"], {"owner": owner}, what="feed owned")}
 
     def census(self) -> Census:
-        owners = {
-            str(r[0]): int(r[1]) for r in self.db.fetchall(self.q["census_owners"], what="feed census owners")
-        }
-        row = self.db.fetchone(self.q["census_available"], what="feed census")
-        return Census(available=int(row[0]) if row else 0, owners=owners)
+        """Live owners and available partitions, in one statement (the NULL owner's row is the
+        count of available partitions)."""
+        owners: dict[str, int] = {}
+        available = 0
+        for owner, count in self.db.fetchall(self.q["census"], what="feed census"):
+            if owner is None:
+                available = int(count)
+            else:
+                owners[str(owner)] = int(count)
+        return Census(available=available, owners=owners)
 
     def free_partitions(self, limit: int) -> list[FreePartition]:
         """One page of free or expired partitions, highest priority first."""
@@ -765,4 +779,12 @@ class FeedStore:
         ]
         ready = int(lag[0] or 0) if lag else 0
         age = None if not lag or lag[1] is None else float(lag[1])
-        return FeedStatus(parts, items, ready, age, workers, items_by_gate, priorities, self.rate_limits())
+        limits, scheduled = self.rate_limits(), self._scheduled()
+        return FeedStatus(parts, items, ready, age, workers, items_by_gate, priorities, limits, scheduled)
+
+    def _scheduled(self) -> ScheduledWork:
+        row = self.db.fetchone(self.q["status_scheduled"], what="feed status scheduled")
+        if row is None:
+            return ScheduledWork()
+        dues = [due for due in (_ts(row[1]), _ts(row[3])) if due is not None]
+        return ScheduledWork(int(row[0] or 0), int(row[2] or 0), min(dues) if dues else None)

@@ -16,6 +16,15 @@ a listening connection until a producer's NOTIFY, its next renewal, the next wor
 notification (a retry, a ``retry_in``, scheduled work) or the long ``fallback_poll``
 (:mod:`sluiceway.feed.wakeup`); elsewhere for ``poll_interval``.
 
+A worker that holds nothing, on a feed whose last census showed no open partition at all (none
+free, none leased by anyone), is *quiet*: it has nothing to renew and nobody to steal from or take
+over, so it skips its renewals (and the rate limits they read, read again before its next claim)
+and, with wake-ups, rests until a notification, the next work due or ``fallback_poll`` — not every
+``lease/3``. Anything that would end that — work added, a lease released, a gate advanced by
+hand, a retry — notifies; work that comes due wakes it by ``next_due``; a direct write is found by
+the fallback. Once any partition is open, the worker keeps the ``lease/3`` cadence, so stealing
+and taking over a dead worker's partitions are as prompt as ever.
+
 Delivery is at-least-once: a worker that dies mid-item leaves the item's claim to lapse, and
 another worker processes it again. Two workers never process one item at the same time: the
 claim hides the item until its claim lease (``lease`` seconds) runs out, and a worker never
@@ -26,6 +35,7 @@ must finish well within ``lease / 2``.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import queue
 import random
@@ -206,6 +216,11 @@ class FeedWorker:
         self._rate_wait: float | None = None
         self._rate_limited = False
         self._claims = 0  # rotates which group of rate-limited partitions claims first
+        #: Holding nothing, and the last census saw no open partition in the feed (see the module
+        #: docstring): renewals are skipped and a rest lasts until woken or the fallback.
+        self._quiet = False
+        #: A renewal was skipped while quiet: read the rate limits again before the next claim.
+        self._limits_stale = True
 
     # -- public control -------------------------------------------------------------------------
     @property
@@ -299,6 +314,8 @@ class FeedWorker:
         failures = 0
         outage = WarningThrottle(log, OUTAGE_REMINDER, clock=self.clock.monotonic)
         self._due = _NextDue()
+        self._quiet = False
+        self._limits_stale = True
         if self.wake_ups and not until_idle:
             # Not listening yet: the first rest listens, then returns at once for a catch-up look.
             self._wake = WakeUps(
@@ -318,13 +335,22 @@ class FeedWorker:
                 if timeout is not None and now - started > timeout:
                     raise FeedTimeout(f"feed worker {self.owner} was not idle after {timeout:g}s")
                 try:
+                    balanced = False  # a renewal's balance ran this round
                     if now >= next_renew:
-                        self._renew(store)
+                        if self._held or not self._quiet:
+                            self._renew(store)
+                        else:
+                            # Quiet: nothing to renew, and no lease of ours unknown to us (the
+                            # census would have counted it). Limits matter from the next claim on.
+                            self._limits_stale = True
                         self._balance(store, allow_steal=True)
+                        balanced = True
                         next_renew, last_balance = now + self.renew_interval, now
                     busy, waiting, short = self._cycle(store, pool)
-                    if not busy and (
-                        until_idle or woken or (short and now - last_balance >= self.poll_interval)
+                    if (
+                        not busy
+                        and not (balanced and self._quiet)  # it just looked: nothing anywhere
+                        and (until_idle or woken or (short and now - last_balance >= self.poll_interval))
                     ):
                         # Idle, woken, or our partitions ran dry: look for free ones (stealing
                         # waits for the renewal cycle, one partition at a time). A wake-up always
@@ -367,7 +393,10 @@ class FeedWorker:
                         self._stats.rate_waits += 1
                         self._stats.rate_wait_seconds += rate_wait
                 if wake is not None and self._inflight == 0:
-                    woken = self._rest(store, wake, next_renew, last_balance, rate_wait)
+                    # Quiet, the next renewal has nothing to do: only a notification, work coming
+                    # due or the fallback ends the rest.
+                    renew_at = math.inf if self._quiet and not self._held else next_renew
+                    woken = self._rest(store, wake, renew_at, last_balance, rate_wait)
                 elif rate_wait is not None:
                     self._idle_wait(min(rate_wait, self.poll_interval))
                 else:
@@ -514,6 +543,8 @@ class FeedWorker:
         """
         self._rate_wait = None
         self._rate_limited = False
+        if self._limits_stale:
+            self._read_limits(store)
         if not self._limits:
             return store.claim(self.owner, requested, self.lease)
         groups: dict[tuple[RateKey, ...], list[int]] = {}
@@ -713,9 +744,7 @@ class FeedWorker:
     # -- leases ---------------------------------------------------------------------------------
     def _renew(self, store: FeedStore) -> None:
         still = store.renew(self.owner, self.lease)
-        # Limits are a shared setting (Feed.set_rate): a new or cleared one applies from the next
-        # renewal; a changed rate at once (a take reads it from the bucket's row).
-        self._limits = frozenset(limit.key for limit in store.rate_limits())
+        self._read_limits(store)
         with self._lock:
             lost = self._held.keys() - still
             for pid in lost:
@@ -729,10 +758,22 @@ class FeedWorker:
                 for held in store.held(self.owner, sorted(unknown)):
                     self._held[held.id] = held
 
+    def _read_limits(self, store: FeedStore) -> None:
+        # Limits are a shared setting (Feed.set_rate): a new or cleared one applies from the next
+        # renewal (or, for a quiet worker, its next claim); a changed rate at once (a take reads
+        # it from the bucket's row).
+        self._limits = frozenset(limit.key for limit in store.rate_limits())
+        self._limits_stale = False
+
     def _balance(self, store: FeedStore, *, allow_steal: bool) -> int:
         """One balancing step; returns how many partitions were gained."""
+        self._quiet = False
         census = store.census()
         mine = len(self._held)
+        # No open partition in the whole feed, and none of ours: nothing to take, steal or take
+        # over until something notifies (or comes due). available counts every lease, expired or
+        # not, so a lease of ours we do not know about keeps this False (the renewal adopts it).
+        self._quiet = mine == 0 and census.available == 0
         step = plan(self.owner, mine, census)
         self._target = step.target
         if step.release:

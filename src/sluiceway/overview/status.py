@@ -54,6 +54,7 @@ _FEED_FIELDS = (
     "live_leases",
     "expired_leases",
     "rate_limits",
+    "scheduled",
 )
 
 
@@ -175,6 +176,12 @@ def feed_fields(prefix: str, s: FeedStatus) -> dict[str, Any]:
             }
             for r in s.rate_limits
         ],
+        # Scheduled work not due yet (docs/feed.md#scheduled-work) and when the first of it is.
+        "scheduled": {
+            "partitions": s.scheduled.partitions,
+            "items": s.scheduled.items,
+            "next_due": None if s.scheduled.next_due is None else s.scheduled.next_due.isoformat(),
+        },
     }
 
 

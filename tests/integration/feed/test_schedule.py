@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from sluiceway.cli.feed import app
 from sluiceway.db import parse_dsn
-from sluiceway.feed import Feed, FeedWorker, Item, Status
+from sluiceway.feed import Feed, FeedWorker, Item, ScheduledWork, Status
 from sluiceway.testing import wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -140,6 +140,27 @@ def test_scheduled_partitions_do_not_count_as_work_to_balance(feed: Feed) -> Non
     assert feed.store.census().available == 1
     status = feed.status()
     assert status.ready_items == 1 and status.items == {"available": 2}
+
+
+def test_status_counts_scheduled_work_and_its_first_due_time(any_dsn: str, feed: Feed, prefix: str) -> None:
+    assert feed.status().scheduled == ScheduledWork(0, 0, None)
+    tomorrow = datetime.now(UTC) + timedelta(days=1)
+    feed.add("tomorrow", [b"t1", b"t2"], not_before=tomorrow)  # its items are held back with it
+    feed.add("today", [b"now", b"in-flight"])
+    feed.add_items("today", [b"in-an-hour"], not_before=timedelta(hours=1))
+    # In flight and backing off are not scheduled: a claim counts an attempt.
+    store = feed.store
+    assert len(store.acquire("w", store.free_partitions(10), lease=60)) == 1  # "today" only
+    assert len(store.claim("w", 1, lease=60)) == 1
+    scheduled = feed.status().scheduled
+    assert (scheduled.partitions, scheduled.items) == (1, 3), scheduled
+    hour = datetime.now(UTC) + timedelta(hours=1)
+    assert scheduled.next_due is not None and abs((scheduled.next_due - hour).total_seconds()) < 5
+    base = ["--dsn", any_dsn, "--prefix", prefix]
+    code, out = sluice("status", *base, "--json")
+    assert code == 0 and '"scheduled": { "partitions": 1, "items": 3, "next_due": "' in out, out
+    code, out = sluice("status", *base)
+    assert code == 0 and "scheduled (not due yet)" in out and "next due │ in 359" in out, out
 
 
 def test_retry_in_runs_the_item_again_later_without_counting_an_attempt(

@@ -312,3 +312,130 @@ def test_stopping_cuts_a_rest_short(postgres_dsn: str, prefix: str) -> None:
     worker.stop(5)  # raises FeedTimeout if the rest ran on
     assert time.monotonic() - t0 < 5
     assert listener_pid(postgres_dsn, worker.owner) is None  # the listening connection is closed
+
+
+# -- a quiet worker: holding nothing on a feed with nothing open --------------------------------
+class Statements:
+    """Counts the statements one worker's loop sends (its thread only; the listening connection
+    is not a :class:`Database` and sends nothing while it waits), by what they are for."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, owner: str) -> None:
+        self.thread = f"feed-worker-{owner}"
+        self.sent: list[str] = []
+        run = Database._run
+
+        def counting(db: Database, sql: str, params: Any, what: str, *args: Any, **kwargs: Any) -> Any:
+            if threading.current_thread().name == self.thread:
+                self.sent.append(what)
+            return run(db, sql, params, what, *args, **kwargs)
+
+        monkeypatch.setattr(Database, "_run", counting)
+
+    def over(self, seconds: float) -> list[str]:
+        """What was sent during the next ``seconds`` (a measuring window, not a wait)."""
+        before = len(self.sent)
+        time.sleep(seconds)
+        return self.sent[before:]
+
+
+def quiet_worker(
+    monkeypatch: pytest.MonkeyPatch,
+    dsn: str,
+    prefix: str,
+    processor: Callable[[Item], object],
+    **options: Any,
+) -> tuple[FeedWorker, Statements]:
+    """A started worker with a 1.5 s lease — renewals every 0.5 s, were it renewing — whose start
+    (first look, LISTEN, catch-up look) is over."""
+    owner = f"quiet-{uuid.uuid4().hex[:8]}"
+    statements = Statements(monkeypatch, owner)
+    worker = FeedWorker(dsn, processor, prefix=prefix, owner=owner, **{"lease": 1.5, **options})
+    worker.start()
+    wait_until(lambda: listener_pid(dsn, owner), timeout=QUICK, message="the worker to listen")
+    # Its catch-up look follows the LISTEN: settled once a while passes in silence (shorter than
+    # the fallback, whose looks would otherwise never leave one).
+    settle = min(1.0, float(options.get("fallback_poll", FALLBACK)) / 3)
+    wait_until(lambda: not statements.over(settle), timeout=QUICK, message="the start-up to settle")
+    return worker, statements
+
+
+def test_a_quiet_worker_sends_at_most_one_statement_in_ten_seconds(
+    feed: Feed, postgres_dsn: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Holding nothing on an empty feed: no renewal, no balance every lease/3 (six would fall in
+    # the window, five statements each, before the quiet rest) — it rests on LISTEN.
+    worker, statements = quiet_worker(monkeypatch, postgres_dsn, prefix, Seen(), fallback_poll=FALLBACK)
+    try:
+        window = 3.0
+        sent = statements.over(window)
+        assert len(sent) <= 0.1 * window, sent
+        feed.add("woken", [b"w"])  # and it still wakes for work
+        wait_until(lambda: worker.stats.completed == 1, timeout=QUICK, message="the woken worker")
+    finally:
+        worker.stop(5)
+
+
+def test_a_quiet_worker_looks_at_the_fallback_with_two_statements(
+    postgres_dsn: str, prefix: str, feed: Feed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each fallback look is the census and the next-due question, nothing else: two statements,
+    # so the default 30 s fallback costs 2/30 ≈ 0.07 statements a second (≤ 0.1, issue 26).
+    fallback = 1.0
+    worker, statements = quiet_worker(monkeypatch, postgres_dsn, prefix, Seen(), fallback_poll=fallback)
+    try:
+        window = 3.0
+        sent = statements.over(window)
+        looks = window / fallback
+        assert set(sent) <= {"feed census", "feed next due"}, sent
+        assert looks - 1 <= sent.count("feed census") <= looks + 1, sent
+        assert len(sent) <= 2 * (looks + 1), sent
+    finally:
+        worker.stop(5)
+
+
+def add_leased_to(feed: Feed, owner: str, names: list[str], lease: float) -> None:
+    """Partitions added (and announced) already leased by ``owner``, a worker that never runs:
+    in the adding transaction, so no listening worker can take them first."""
+    store = feed.store
+    with feed.db.transaction():
+        for name in names:
+            pid = store.insert_partition(name, 0, None)
+            store.insert_items([(pid, 0, name.encode())])
+        store.notify("add")
+        assert len(store.acquire(owner, store.free_partitions(len(names)), lease)) == len(names)
+
+
+def test_a_quiet_worker_steals_within_the_renewal_cadence(
+    feed: Feed, postgres_dsn: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another owner holds all four partitions: twice its share once our worker is live. Our worker
+    # is woken by the add, steals one at once, then one per renewal (0.5 s) — within seconds,
+    # where the 30 s fallback would be far too late.
+    seen = Seen()
+    worker, _ = quiet_worker(monkeypatch, postgres_dsn, prefix, seen, fallback_poll=FALLBACK)
+    try:
+        add_leased_to(feed, "hog", [f"h{i}" for i in range(4)], lease=LEASE)
+        wait_until(lambda: worker.stats.stolen == 2, timeout=QUICK / 2, message="two steals")
+        wait_until(lambda: seen.count() == 2, timeout=QUICK / 2, message="the stolen items")
+        assert worker.stats.stolen == 2 and worker.stats.acquired == 0  # its share, no more
+    finally:
+        worker.stop(5)
+
+
+def test_a_worker_holding_nothing_takes_over_a_dead_workers_partition_within_the_cadence(
+    feed: Feed, postgres_dsn: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One partition, leased (2 s) by an owner that then dies: within its share, so nothing to steal
+    # and nothing free — but the feed is not empty, so our worker keeps renewing-and-balancing
+    # every lease/3 and takes the partition soon after the lease runs out, not at the fallback.
+    seen = Seen()
+    worker, _ = quiet_worker(monkeypatch, postgres_dsn, prefix, seen, fallback_poll=FALLBACK)
+    try:
+        added = time.monotonic()
+        add_leased_to(feed, "ghost", ["orphan"], lease=2.0)
+        wait_until(lambda: seen.count(b"orphan") == 1, timeout=QUICK / 2, message="the takeover")
+        taken = seen.calls[0][2] - added
+        assert 2.0 <= taken <= 2.0 + 1.5, taken  # after the lease, within a few renewals
+        assert worker.stats.acquired == 1 and worker.stats.stolen == 0
+    finally:
+        worker.stop(5)

@@ -83,6 +83,7 @@ def test_every_figure_is_what_the_test_put_there(
     assert feed["rate_limits"] == [
         {"attribute": "tenant", "value": "acme", "max_rate": 5.0, "burst": 2.0, "tokens": 2.0}
     ]
+    assert feed["scheduled"] == {"partitions": 0, "items": 0, "next_due": None}
     assert feed["health"] == "stuck"
 
 

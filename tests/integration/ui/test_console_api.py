@@ -105,3 +105,25 @@ def test_a_name_the_workspace_does_not_watch_is_a_404_page(built: Built) -> None
         missing = web.get(path)
         assert missing.status_code == 404 and said in missing.text, path
         assert "<b>" not in missing.text.split("<main", 1)[1], "the name is text, never markup"
+
+
+def test_the_feed_page_shows_scheduled_work_and_rate_limits(tmp_path: Any) -> None:
+    from datetime import timedelta
+
+    from sluiceway.feed import Feed
+
+    built = build(tmp_path / "ws", f"sqlite:///{tmp_path / 'ws' / 'shop.db'}")
+    web = client(built)
+    page = web.get("/feed/work").text
+    assert 'id="rate_limits"' not in page  # no limit set: no table
+    assert 'data-field="scheduled_partitions">0<' in page
+    with Feed(built.feed_dsn) as feed:
+        feed.add("later", [b"x", b"y"], not_before=timedelta(hours=1))
+        feed.set_rate(5, attribute="tenant", value="acme", burst=3)
+    page = web.get("/feed/work").text
+    assert 'data-field="scheduled_partitions">1<' in page and 'data-field="scheduled_items">2<' in page
+    assert 'data-field="next_due">20' in page  # an ISO 8601 time, not a dash
+    assert 'id="rate_limits"' in page and "tenant=acme" in page and 'data-field="max_rate">5.0<' in page
+    (entry,) = web.get("/api/status").json()["feeds"]
+    assert entry["scheduled"]["partitions"] == 1 and entry["scheduled"]["items"] == 2
+    assert entry["rate_limits"][0]["value"] == "acme"

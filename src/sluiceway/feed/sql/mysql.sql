@@ -169,14 +169,14 @@ WHERE owner = %(owner)s AND status = 'available'
 -- name: owned
 SELECT id FROM {partitions} WHERE owner = %(owner)s AND status = 'available'
 
--- name: census_owners
+-- name: census
+-- Live owners, then (NULL owner) the available partitions, not counting those scheduled for
+-- later (see postgres.sql).
 SELECT owner, count(*) FROM {partitions}
 WHERE status = 'available' AND owner IS NOT NULL AND lease_until > UTC_TIMESTAMP(6)
 GROUP BY owner
-
--- name: census_available
--- Partitions scheduled for later are not work yet (see postgres.sql).
-SELECT count(*) FROM {partitions}
+UNION ALL
+SELECT NULL, count(*) FROM {partitions}
 WHERE status = 'available' AND (owner IS NOT NULL OR lease_until <= UTC_TIMESTAMP(6))
 
 -- name: free_partitions
@@ -335,6 +335,14 @@ SELECT status, gate, count(*) FROM {items} GROUP BY status, gate ORDER BY status
 SELECT COALESCE(SUM(available_at <= UTC_TIMESTAMP(6)), 0),
        TIMESTAMPDIFF(MICROSECOND, MIN(created_at), UTC_TIMESTAMP(6)) / 1e6
 FROM {items} WHERE status = 'available'
+
+-- name: status_scheduled
+-- Work held back to a time on purpose (see postgres.sql).
+SELECT
+  (SELECT count(*) FROM {partitions} WHERE status = 'available' AND owner IS NULL AND lease_until > UTC_TIMESTAMP(6)),
+  (SELECT min(lease_until) FROM {partitions} WHERE status = 'available' AND owner IS NULL AND lease_until > UTC_TIMESTAMP(6)),
+  (SELECT count(*) FROM {items} WHERE status = 'available' AND attempts = 0 AND available_at > UTC_TIMESTAMP(6)),
+  (SELECT min(available_at) FROM {items} WHERE status = 'available' AND attempts = 0 AND available_at > UTC_TIMESTAMP(6))
 
 -- name: status_workers
 -- The last column counts the owner's expired leases (a worker that died or lost its database).

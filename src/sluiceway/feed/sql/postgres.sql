@@ -214,17 +214,18 @@ WHERE id IN (
 -- name: owned
 SELECT id FROM {partitions} WHERE owner = %(owner)s AND status = 'available'
 
--- name: census_owners
--- Live owners are those with unexpired leases (by the database clock). Bounded by the number
--- of workers, not partitions.
+-- name: census
+-- What a balance needs, in one round trip (an idle worker's look is this and little else): the
+-- live owners — owners of unexpired leases, by the database clock; rows bounded by the number of
+-- workers — and, as the row with a NULL owner, the partitions available to work on. Partitions
+-- scheduled for later (free, lease_until ahead) are not work yet: counting them would raise every
+-- worker's target for partitions nobody can take.
 SELECT owner, count(*) FROM {partitions}
 WHERE status = 'available' AND owner IS NOT NULL AND lease_until > now()
 GROUP BY owner
-
--- name: census_available
--- Partitions scheduled for later (free, lease_until ahead) are not work yet: counting them would
--- raise every worker's target for partitions nobody can take.
-SELECT count(*) FROM {partitions} WHERE status = 'available' AND (owner IS NOT NULL OR lease_until <= now())
+UNION ALL
+SELECT NULL, count(*) FROM {partitions}
+WHERE status = 'available' AND (owner IS NOT NULL OR lease_until <= now())
 
 -- name: free_partitions
 -- One page of free or expired partitions (never an unbounded list), highest priority first. The
@@ -428,6 +429,18 @@ SELECT status, gate, count(*) FROM {items} GROUP BY status, gate ORDER BY status
 -- Ready = claimable now; the lag is the age of the oldest item not yet finished.
 SELECT count(*) FILTER (WHERE available_at <= now()), EXTRACT(EPOCH FROM now() - min(created_at))
 FROM {items} WHERE status = 'available'
+
+-- name: status_scheduled
+-- Work held back to a time on purpose, with the first due time of each kind: free partitions
+-- scheduled for later (not_before: free, lease_until ahead — a range of the scheduled index), and
+-- open items never attempted whose available_at lies ahead (not_before, or a retry_in before any
+-- failure). A claim counts an attempt, so items in flight and retries backing off are not in it.
+-- Two minima, not one LEAST: MySQL's and SQLite's return NULL when either side is NULL.
+SELECT
+  (SELECT count(*) FROM {partitions} WHERE status = 'available' AND owner IS NULL AND lease_until > now()),
+  (SELECT min(lease_until) FROM {partitions} WHERE status = 'available' AND owner IS NULL AND lease_until > now()),
+  (SELECT count(*) FROM {items} WHERE status = 'available' AND attempts = 0 AND available_at > now()),
+  (SELECT min(available_at) FROM {items} WHERE status = 'available' AND attempts = 0 AND available_at > now())
 
 -- name: status_workers
 -- The last column counts the owner's expired leases (a worker that died or lost its database).

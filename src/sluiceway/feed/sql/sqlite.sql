@@ -157,14 +157,14 @@ WHERE owner = :owner AND status = 'available'
 -- name: owned
 SELECT id FROM {partitions} WHERE owner = :owner AND status = 'available'
 
--- name: census_owners
+-- name: census
+-- Live owners, then (NULL owner) the available partitions, not counting those scheduled for
+-- later (see postgres.sql).
 SELECT owner, count(*) FROM {partitions}
 WHERE status = 'available' AND owner IS NOT NULL AND lease_until > strftime('%Y-%m-%dT%H:%M:%f', 'now')
 GROUP BY owner
-
--- name: census_available
--- Partitions scheduled for later are not work yet (see postgres.sql).
-SELECT count(*) FROM {partitions}
+UNION ALL
+SELECT NULL, count(*) FROM {partitions}
 WHERE status = 'available' AND (owner IS NOT NULL OR lease_until <= strftime('%Y-%m-%dT%H:%M:%f', 'now'))
 
 -- name: free_partitions
@@ -323,6 +323,14 @@ SELECT status, gate, count(*) FROM {items} GROUP BY status, gate ORDER BY status
 SELECT coalesce(sum(available_at <= strftime('%Y-%m-%dT%H:%M:%f', 'now')), 0),
        (julianday('now') - julianday(min(created_at))) * 86400.0
 FROM {items} WHERE status = 'available'
+
+-- name: status_scheduled
+-- Work held back to a time on purpose (see postgres.sql).
+SELECT
+  (SELECT count(*) FROM {partitions} WHERE status = 'available' AND owner IS NULL AND lease_until > strftime('%Y-%m-%dT%H:%M:%f', 'now')),
+  (SELECT min(lease_until) FROM {partitions} WHERE status = 'available' AND owner IS NULL AND lease_until > strftime('%Y-%m-%dT%H:%M:%f', 'now')),
+  (SELECT count(*) FROM {items} WHERE status = 'available' AND attempts = 0 AND available_at > strftime('%Y-%m-%dT%H:%M:%f', 'now')),
+  (SELECT min(available_at) FROM {items} WHERE status = 'available' AND attempts = 0 AND available_at > strftime('%Y-%m-%dT%H:%M:%f', 'now'))
 
 -- name: status_workers
 -- The last column counts the owner's expired leases (a worker that died or lost its database).
