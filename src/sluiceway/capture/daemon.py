@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,7 +36,6 @@ from sluiceway.cdc.pgoutput import format_lsn
 from sluiceway.cdc.postgres import CdcSession
 from sluiceway.db.dsn import parse_dsn
 from sluiceway.election.protocol import LeaderElection
-from sluiceway.election.service import ElectedService
 from sluiceway.errors import DatabaseError, DatabaseUnavailableError, PublishError, SluicewayError
 from sluiceway.harvest.ports import Publisher
 
@@ -45,7 +45,7 @@ log = logging.getLogger("sluiceway.capture")
 TRANSIENT = (StreamInterrupted, DatabaseUnavailableError, DeliveryFailed, SlotInUseError)
 
 
-class Capture(ElectedService):
+class Capture:
     """Captures while elected. ``check()``, ``start()``, ``wait()``, ``stop()`` (or a ``with``).
 
     >>> with Capture("capture.yaml") as capture:      # doctest: +SKIP
@@ -77,8 +77,12 @@ class Capture(ElectedService):
         )
         self.topics = TopicMap(c.topic)
         self.meter = CaptureMeter(c.name, c.destination)
-        super().__init__(election or self._default_election())
+        self.election = election or self._default_election()
         self._publisher_factory = publisher_factory or self._default_publisher_factory()
+        self._stopping = threading.Event()
+        self._leadership = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
         self._slot: SlotCapture | None = None
         #: Terms begun (a test and ``status`` read it).
         self.terms = 0
@@ -100,8 +104,6 @@ class Capture(ElectedService):
 
             check_broker(target)
 
-    kind = "capture"
-
     def start(self) -> Capture:
         if self._thread is not None:
             raise SluicewayError("capture already started")
@@ -110,18 +112,34 @@ class Capture(ElectedService):
             host, port = self.meter.serve(addr)
             log.info("metrics on http://%s:%d/metrics", host, port)
         self.election.start(_Listener(self))
-        self._start_thread(f"sluice-capture-{self.name}")
+        self._thread = threading.Thread(target=self._run, name=f"sluice-capture-{self.name}", daemon=True)
+        self._thread.start()
         return self
 
     def stop(self) -> None:
         """Stop capturing (what is in flight is sent again by the next leader), release leadership."""
-        self._signal_stop()
+        self._stopping.set()
+        self._wake()
         slot = self._slot
         if slot is not None:
             slot.stop()
-        self._join(60)
+        if self._thread is not None:
+            self._thread.join(60)
         self.election.stop()
         self.meter.close()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the capture ends; False on timeout; re-raises what stopped it."""
+        if self._thread is None:
+            raise SluicewayError("capture not started")
+        self._thread.join(timeout)
+        if self._error is not None:
+            raise self._error
+        return not self._thread.is_alive()
+
+    @property
+    def is_leader(self) -> bool:
+        return self.election.is_leader()
 
     @property
     def position(self) -> int:
@@ -137,11 +155,22 @@ class Capture(ElectedService):
         self.stop()
 
     # -- terms -----------------------------------------------------------------------------------
-    def _main(self) -> None:
+    def _wake(self) -> None:
+        with self._leadership:
+            self._leadership.notify_all()
+
+    def _leading(self) -> bool:
+        return not self._stopping.is_set() and self.election.is_leader()
+
+    def _run(self) -> None:
         outage: str | None = None
         try:
             while not self._stopping.is_set():
-                if not self._await_leadership(0.2):
+                with self._leadership:
+                    self._leadership.wait_for(
+                        lambda: self._stopping.is_set() or self.election.is_leader(), 0.2
+                    )
+                if not self._leading():
                     continue
                 try:
                     self._term(recovering=outage is not None)
@@ -155,11 +184,11 @@ class Capture(ElectedService):
                         log.warning("capture: %s; trying again from the confirmed position", text)
                         outage = kind
                     self._stopping.wait(self.config.capture.retry_backoff)
+        except BaseException as exc:
+            self._error = exc
+            log.error("capture stopped: %s", " ".join(str(exc).split()))
         finally:
             self.meter.leader(False)
-
-    def _failed(self, exc: BaseException) -> None:
-        log.error("capture stopped: %s", " ".join(str(exc).split()))
 
     def _term(self, *, recovering: bool) -> None:
         epoch = int(getattr(self.election, "epoch", 0))

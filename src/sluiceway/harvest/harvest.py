@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sluiceway.db import Database, dsn_warnings
 from sluiceway.election.protocol import LeaderElection
-from sluiceway.election.service import ElectedService
 from sluiceway.errors import PublisherFailedError, SluicewayError
 from sluiceway.harvest.config import HarvestConfig
 from sluiceway.harvest.engine import Engine, EngineLimits
@@ -47,7 +47,7 @@ def engine_limits(config: HarvestConfig) -> EngineLimits:
     )
 
 
-class Harvest(ElectedService):
+class Harvest:
     """Harvests an outbox while this process is the elected leader.
 
     >>> cfg = HarvestConfig.from_dict({"harvest": {               # doctest: +SKIP
@@ -82,8 +82,12 @@ class Harvest(ElectedService):
         self._checks_source = store_factory is None
         self._store_factory = store_factory or self._default_store_factory()
         self._publisher_factory = publisher_factory or self._default_publisher_factory()
-        super().__init__(election or self._default_election())
+        self.election = election or self._default_election()
         self._handler: EventHandler | None = None
+        self._stopping = threading.Event()
+        self._leadership = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
         self._ended_by_election = False
         self.engine = Engine(self._store_factory, _NoPublisher(), engine_limits(config), self._emit)
         self.name = h.name
@@ -94,8 +98,6 @@ class Harvest(ElectedService):
         RecordDeadLettered). Called from harvester threads: return quickly."""
         self._handler = handler
 
-    kind = "harvest"
-
     def start(self) -> Harvest:
         if self._thread is not None:
             raise SluicewayError("harvest already started")
@@ -103,7 +105,8 @@ class Harvest(ElectedService):
         if self._spares is not None:
             self._spares.prepare()  # warm a client while the election runs
         self.election.start(_Listener(self))
-        self._start_thread(f"sluice-harvest-{self.name}")
+        self._thread = threading.Thread(target=self._run, name=f"sluice-harvest-{self.name}", daemon=True)
+        self._thread.start()
         return self
 
     def check_source(self) -> OutboxLocation:
@@ -138,10 +141,27 @@ class Harvest(ElectedService):
     def stop(self) -> None:
         """Stop marking, let in-flight deliveries finish (or leave them for the next leader), release
         leadership. Idempotent."""
-        self._signal_stop()
-        self._join()
+        self._stopping.set()
+        with self._leadership:
+            self._leadership.notify_all()
+        if self._thread is not None:
+            self._thread.join()
         self.election.stop()
         self._close_shared()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the harvester ends (``stop`` or a fatal error). Returns False on timeout;
+        re-raises a fatal error."""
+        if self._thread is None:
+            raise SluicewayError("harvest not started")
+        self._thread.join(timeout)
+        if self._error is not None:
+            raise self._error
+        return not self._thread.is_alive()
+
+    @property
+    def is_leader(self) -> bool:
+        return self.election.is_leader()
 
     def __enter__(self) -> Harvest:
         return self.start()
@@ -155,18 +175,26 @@ class Harvest(ElectedService):
         if handler is not None:
             handler(event)
 
-    def _main(self) -> None:
+    def _run(self) -> None:
         if self._checks_source and self._source is None:
             try:
                 self.check_source()
             except Exception as exc:  # only a log line: the election and the terms retry on their own
                 log.warning("outbox not reachable yet: %s", " ".join(str(exc).split()))
-        while not self._stopping.is_set():
-            if self._await_leadership(0.1):
+        try:
+            while not self._stopping.is_set():
+                with self._leadership:
+                    self._leadership.wait_for(
+                        lambda: self._stopping.is_set() or self.election.is_leader(), timeout=0.1
+                    )
+                if self._stopping.is_set():
+                    break
+                if not self.election.is_leader():
+                    continue
                 self._term()
-
-    def _failed(self, exc: BaseException) -> None:
-        log.error("harvester stopped by an error", exc_info=exc)
+        except BaseException as exc:
+            log.exception("harvester stopped by an error")
+            self._error = exc
 
     def _term(self) -> None:
         epoch = int(getattr(self.election, "epoch", 0))
@@ -179,7 +207,9 @@ class Harvest(ElectedService):
         self.engine.publisher = publisher
         self._ended_by_election = False
 
-        should_run = self._leading
+        def should_run() -> bool:
+            return not self._stopping.is_set() and self.election.is_leader()
+
         try:
             destination = self.config.harvest.describe_destination()
             self.engine.run_term(
@@ -307,18 +337,22 @@ class _Listener:
     def __init__(self, harvest: Harvest) -> None:
         self.h = harvest
 
+    def _wake(self) -> None:
+        with self.h._leadership:
+            self.h._leadership.notify_all()
+
     def leader_acquired(self, epoch: int) -> None:
-        self.h._wake()
+        self._wake()
 
     def leader_revoked(self) -> None:
         self.h._ended_by_election = True
         self.h._emit(LeaderRevoked())
-        self.h._wake()
+        self._wake()
 
     def leader_fenced(self) -> None:
         self.h._ended_by_election = True
         self.h._emit(LeaderFenced())
-        self.h._wake()
+        self._wake()
 
 
 class _NoPublisher:
