@@ -31,7 +31,7 @@ from sluiceway.capture.metrics import CaptureMeter
 from sluiceway.capture.target import DeliveryFailed, PositionFile, PublishTarget
 from sluiceway.cdc.capture import Capture as SlotCapture
 from sluiceway.cdc.capture import CaptureOptions
-from sluiceway.cdc.errors import CdcError, SlotInUseError, StreamInterrupted
+from sluiceway.cdc.errors import SlotInUseError, StreamInterrupted
 from sluiceway.cdc.pgoutput import format_lsn
 from sluiceway.cdc.postgres import CdcSession
 from sluiceway.db.dsn import parse_dsn
@@ -241,8 +241,7 @@ class Capture:
             now = time.monotonic()
             if now - read_at[0] >= 1.0:
                 read_at[0] = now
-                stream = slot._stream
-                self.meter.position(slot.durable, stream.wal_end if stream is not None else 0)
+                self.meter.position(slot.durable, slot.wal_end)
             target.check()  # a failed delivery ends the term even while no change arrives
             return not self._leading()
 
@@ -329,4 +328,4 @@ class _Listener:
         self.c._wake()
 
 
-__all__ = ["Capture", "CdcError"]
+__all__ = ["Capture"]

@@ -331,6 +331,11 @@ class Capture:
                 self.durable = position
             self._moved.notify_all()
 
+    @property
+    def wal_end(self) -> int:
+        """The server's WAL position as the stream last reported it (0 when not streaming)."""
+        return self._stream.wal_end if self._stream is not None else 0
+
     def _heartbeat(self, stream: ReplicationStream) -> None:
         if stream.wal_end - self.position >= self.options.heartbeat_bytes:
             self.session.emit(self.prefix, Watermark.heartbeat().encode())

@@ -5,7 +5,9 @@ transactions (and copied chunks) in commit order — together with the stream po
 at. The target keeps records and position **together and durably** (one append): the position
 it reports is what the capture confirms to PostgreSQL, so the server releases WAL only once the
 target holds it, and after a crash the capture resumes from it without loss or a second copy.
-Brokers become targets in their own issue; the port is all they need to implement.
+A broker is a target too (``sluiceway.capture.target.PublishTarget``): a *pipelined* one, which
+returns before its destination acknowledges and reports the durable position later, through
+``Capture.durable_at``.
 """
 
 from __future__ import annotations
