@@ -50,6 +50,25 @@ def _writable_dir(path: str) -> None:
         raise DestinationUnreachable(f"cannot create {path}: {parent}: permission denied", permanent=True)
 
 
+#: The name the table sinks use.
+writable_dir = _writable_dir
+
+
+def _lake_sink(sink: Any) -> None:
+    """The table's directory or catalog can be reached; an existing table has the mirror's keys."""
+    from sluiceway.pipeline.sinks.lakehouse.sink import guarded, open_table, where
+
+    table = open_table(sink)
+    table.check()
+    schema = guarded(where(sink), table.schema)
+    if schema is not None and sink.mode == "mirror":
+        missing = [k for k in sink.keys if k not in schema.names]
+        if missing:
+            raise DestinationUnreachable(
+                f"{where(sink)} has no column {missing[0]!r} to mirror on (key: {sink.keys})", permanent=True
+            )
+
+
 def _journal_sink(sink: JournalSinkSpec) -> None:
     _writable_dir(sink.path)
 
@@ -143,6 +162,8 @@ SINK_CHECKS: dict[str, Callable[[Any], None]] = {
     "nats": _broker,
     "rabbitmq": _broker,
     "redis": reach_redis,
+    "delta": _lake_sink,
+    "iceberg": _lake_sink,
 }
 
 

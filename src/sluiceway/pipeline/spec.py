@@ -267,6 +267,81 @@ class FilesSinkSpec(_Sink):
     path: str
 
 
+class _LakeSink(_Sink):
+    """What the table-format sinks (``delta``, ``iceberg``) share; see
+    :mod:`sluiceway.pipeline.sinks.lakehouse`."""
+
+    #: ``append``: every record a row; ``mirror``: the table keeps the last record of every key.
+    mode: Literal["append", "mirror"] = "append"
+    #: ``mirror``: the column(s) a row is keyed on.
+    key: SqlIdentifier | list[SqlIdentifier] = Field(default_factory=lambda: ["namespace", "key"])
+    #: ``record``: the record's own columns; ``json``: the value, a JSON object, unpacked into
+    #: columns (typed by ``schema``, the rest inferred), beside ``namespace``, ``key``, ``op``,
+    #: ``offset`` and ``timestamp``.
+    columns: Literal["record", "json"] = "record"
+    #: ``columns: json``: the type of some or all columns (``string``, ``long``, ``int``,
+    #: ``double``, ``boolean``, ``timestamp``, ``date``, ``binary``); others are inferred.
+    schema_: dict[str, str] = Field(default_factory=dict, alias="schema")
+    #: Columns the table is partitioned by (identity partitions), when it is created.
+    partition_by: list[SqlIdentifier] = Field(default_factory=list)
+
+    @property
+    def keys(self) -> list[str]:
+        return [self.key] if isinstance(self.key, str) else list(self.key)
+
+    @field_validator("schema_")
+    @classmethod
+    def _types(cls, value: dict[str, str]) -> dict[str, str]:
+        from sluiceway.pipeline.sinks.lakehouse.shape import LAKE_TYPES
+
+        for column, kind in value.items():
+            if kind not in LAKE_TYPES:
+                raise ValueError(f"{column}: unknown type {kind!r} (one of: {', '.join(LAKE_TYPES)})")
+        return value
+
+    @model_validator(mode="after")
+    def _lake(self) -> Self:
+        if self.dead_letter is not None:
+            raise ValueError(
+                "dead_letter: a table sink commits each batch whole, so no record is set aside; "
+                "a record it cannot write stops the sink (skip it with `sluice pipeline skip`)"
+            )
+        if self.schema_ and self.columns != "json":
+            raise ValueError("schema: only with columns: json (the record's own columns have fixed types)")
+        return self
+
+
+class DeltaSinkSpec(_LakeSink):
+    type: Literal["delta"]
+    #: The table: a directory, or an object-store URI (``s3://…``) with ``storage_options``.
+    path: str
+    storage_options: dict[str, str] = Field(default_factory=dict)
+    #: Compact small files every this many batches (0: never).
+    optimize_every: int = Field(0, ge=0)
+
+
+class IcebergSinkSpec(_LakeSink):
+    type: Literal["iceberg"]
+    #: ``namespace.table`` in the catalog; namespace and table are created when missing.
+    table: str
+    #: pyiceberg catalog properties (``type: sql``, ``uri``, ``warehouse``; ``type: rest``, ``uri``…).
+    catalog: dict[str, str]
+
+    @field_validator("table")
+    @classmethod
+    def _qualified(cls, value: str) -> str:
+        if "." not in value.strip(".") or any(not part for part in value.split(".")):
+            raise ValueError(f"expected namespace.table, got {value!r}")
+        return value
+
+    @field_validator("catalog")
+    @classmethod
+    def _catalog(cls, value: dict[str, str]) -> dict[str, str]:
+        if "uri" not in value and value.get("type") != "in-memory":
+            raise ValueError("needs 'uri' (a SQL catalog: sqlite:///path or postgresql+psycopg://…; or a REST catalog's URL)")
+        return value
+
+
 class ConsoleSinkSpec(_Sink):
     type: Literal["console"]
     #: Rows printed per batch (the rest are counted).
@@ -319,7 +394,9 @@ SinkSpec = Annotated[
     | FeedSinkSpec
     | NatsSinkSpec
     | RabbitMqSinkSpec
-    | RedisSinkSpec,
+    | RedisSinkSpec
+    | DeltaSinkSpec
+    | IcebergSinkSpec,
     Field(discriminator="type"),
 ]
 for _m in (
@@ -332,8 +409,23 @@ for _m in (
     NatsSinkSpec,
     RabbitMqSinkSpec,
     RedisSinkSpec,
+    DeltaSinkSpec,
+    IcebergSinkSpec,
 ):
     _m.model_rebuild()
+
+
+def _mirror_keys(sink: DeltaSinkSpec | IcebergSinkSpec, index: int, *, transformed: bool) -> None:
+    """A mirror's key columns must be columns its rows will have: record columns, or with
+    ``columns: json`` a column typed in ``schema`` (a transform may add its own columns)."""
+    from sluiceway.pipeline.record import RECORD_COLUMNS
+    from sluiceway.pipeline.sinks.lakehouse.shape import JSON_META
+
+    known = set(JSON_META) | set(sink.schema_) if sink.columns == "json" else set(RECORD_COLUMNS)
+    missing = [k for k in sink.keys if k not in known]
+    if missing and not (transformed and sink.columns == "record"):
+        hint = "give its type in schema" if sink.columns == "json" else f"columns are {', '.join(RECORD_COLUMNS)}"
+        raise ValueError(f"sinks[{index}].key: no column {missing[0]!r} in the rows this sink writes ({hint})")
 
 
 class TriggerSpec(_Model):
@@ -373,6 +465,9 @@ class PipelineSpec(_Model):
             if sink.name in seen:
                 raise ValueError(f"sinks[{i}].name: {sink.name!r} is used by another sink")
             seen.add(sink.name)
+        for i, sink in enumerate(self.sinks):
+            if isinstance(sink, DeltaSinkSpec | IcebergSinkSpec) and sink.mode == "mirror":
+                _mirror_keys(sink, i, transformed=bool(self.transforms))
         if self.source.type == "outbox" and len(self.sinks) > 1:
             raise ValueError(
                 "sinks: an outbox source feeds exactly one sink (its rows are purged when that sink's "

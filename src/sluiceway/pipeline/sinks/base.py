@@ -17,7 +17,9 @@ import pyarrow as pa
 if TYPE_CHECKING:
     from sluiceway.pipeline.spec import (
         ConsoleSinkSpec,
+        DeltaSinkSpec,
         FeedSinkSpec,
+        IcebergSinkSpec,
         FilesSinkSpec,
         JournalSinkSpec,
         KafkaSinkSpec,
@@ -149,6 +151,12 @@ def _broker(
     return BrokerSink(spec, spec.topic)
 
 
+def _lake(spec: DeltaSinkSpec | IcebergSinkSpec, sink_name: str, staged: bool) -> SinkWriter:
+    from sluiceway.pipeline.sinks.lakehouse.sink import LakeWriter
+
+    return LakeWriter(spec, sink_name)
+
+
 #: The writer builder of each sink kind (the spec's ``type``).
 WRITERS: dict[str, Callable[[Any, str, bool], SinkWriter]] = {
     "journal": _journal,
@@ -162,4 +170,6 @@ WRITERS: dict[str, Callable[[Any, str, bool], SinkWriter]] = {
     "nats": _broker,
     "rabbitmq": _broker,
     "redis": _broker,
+    "delta": _lake,
+    "iceberg": _lake,
 }

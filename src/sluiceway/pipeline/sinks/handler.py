@@ -128,7 +128,11 @@ class BatchHandler:
     def write_batch(self, df: Any, batch_id: int, state: SinkState) -> list[PartResult]:
         """Write the batch from the executors (see the module docstring); record how it went."""
         plan, sink = self._plan(batch_id, state), self.sink
-        if sink.type == "parquet" and sink.dead_letter is None and state.step is None:
+        if sink.type in ("delta", "iceberg"):
+            from sluiceway.pipeline.sinks.lakehouse.sink import write_lake
+
+            results = write_lake(df, plan, sink)
+        elif sink.type == "parquet" and sink.dead_letter is None and state.step is None:
             results = write_parquet(df, plan, sink.path)
         else:
             parallelism = sink.parallelism or default_parallelism(df, sink.type)

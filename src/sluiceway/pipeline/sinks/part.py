@@ -84,6 +84,12 @@ def token_of(run: str, batch: int, part: int | None, first: int, count: int) -> 
     return f"{run}-{batch:010d}-{where}{first:08d}-{count}"
 
 
+def batch_of_token(token: str) -> tuple[str, int]:
+    """The checkpoint's life and the batch a token names (see :func:`token_of`)."""
+    run, batch = token.split("-", 2)[:2]
+    return run, int(batch)
+
+
 def write_part(
     table: pa.Table,
     *,
