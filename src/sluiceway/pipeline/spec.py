@@ -338,7 +338,10 @@ class IcebergSinkSpec(_LakeSink):
     @classmethod
     def _catalog(cls, value: dict[str, str]) -> dict[str, str]:
         if "uri" not in value and value.get("type") != "in-memory":
-            raise ValueError("needs 'uri' (a SQL catalog: sqlite:///path or postgresql+psycopg://…; or a REST catalog's URL)")
+            raise ValueError(
+                "needs 'uri' (a SQL catalog: sqlite:///path or postgresql+psycopg://…; "
+                "a REST catalog: its URL)"
+            )
         return value
 
 
@@ -424,8 +427,14 @@ def _mirror_keys(sink: DeltaSinkSpec | IcebergSinkSpec, index: int, *, transform
     known = set(JSON_META) | set(sink.schema_) if sink.columns == "json" else set(RECORD_COLUMNS)
     missing = [k for k in sink.keys if k not in known]
     if missing and not (transformed and sink.columns == "record"):
-        hint = "give its type in schema" if sink.columns == "json" else f"columns are {', '.join(RECORD_COLUMNS)}"
-        raise ValueError(f"sinks[{index}].key: no column {missing[0]!r} in the rows this sink writes ({hint})")
+        hint = (
+            "give its type in schema"
+            if sink.columns == "json"
+            else f"columns are {', '.join(RECORD_COLUMNS)}"
+        )
+        raise ValueError(
+            f"sinks[{index}].key: no column {missing[0]!r} in the rows this sink writes ({hint})"
+        )
 
 
 class TriggerSpec(_Model):

@@ -5,6 +5,7 @@ by readers other than the sinks' own code (tests/support/lake.py)."""
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,11 @@ pytestmark = pytest.mark.spark
 
 
 def catalog(tmp_path: Path) -> dict[str, str]:
-    return {"type": "sql", "uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": f"file://{tmp_path}/warehouse"}
+    return {
+        "type": "sql",
+        "uri": f"sqlite:///{tmp_path}/catalog.db",
+        "warehouse": f"file://{tmp_path}/warehouse",
+    }
 
 
 def records(n: int, *, keys: int) -> list[tuple[str, str, bytes | None]]:
@@ -47,7 +52,7 @@ def spec(tmp_path: Path, journal: Path, cat: dict[str, str]) -> PipelineSpec:
         {
             "pipeline": {
                 "name": "lake",
-                "source": {"type": "journal", "path": str(journal), "max_records_per_batch": 250},
+                "source": {"type": "journal", "path": str(journal), "max_records_per_batch": 400},
                 "sinks": [
                     {"name": "dappend", "type": "delta", "path": str(tmp_path / "dappend")},
                     {"name": "djson", "type": "delta", "path": str(tmp_path / "djson"), "columns": "json"},
@@ -83,7 +88,10 @@ def test_append_and_mirror_into_delta_and_iceberg_exactly_once(sluice_spark: Any
     runs = Pipeline(pipeline_spec, sluice_spark).run(once=True, handle_signals=False)
     assert {name: run.state for name, run in runs.items()} == dict.fromkeys(runs, "finished")
 
-    second = [(ns, key, json.dumps({"id": 1, "n": 5000 + i, "name": "x", "extra": i}).encode()) for i, (ns, key, _) in enumerate(records(300, keys=40))]
+    second = [
+        (ns, key, json.dumps({"id": 1, "n": 5000 + i, "name": "x", "extra": i}).encode())
+        for i, (ns, key, _) in enumerate(records(300, keys=40))
+    ]
     make_journal(journal, second)
     Pipeline(pipeline_spec, sluice_spark).run(once=True, handle_signals=False)
     Pipeline(pipeline_spec, sluice_spark).run(once=True, handle_signals=False)  # nothing new: nothing written
@@ -117,7 +125,9 @@ def test_append_and_mirror_into_delta_and_iceberg_exactly_once(sluice_spark: Any
     assert [int(s["sluice.batch"]) for s in markers] == list(range(len(markers)))
 
 
-def test_a_batch_replayed_after_its_table_commit_commits_nothing(sluice_spark: Any, tmp_path: Path) -> None:
+def test_a_batch_replayed_after_its_table_commit_commits_nothing(
+    sluice_spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """The crash between the table's commit and Spark's: Spark's record of the last batch is
     removed, so Spark runs that batch again; the markers make it a no-op in every sink."""
     journal = tmp_path / "journal"
@@ -132,7 +142,9 @@ def test_a_batch_replayed_after_its_table_commit_commits_nothing(sluice_spark: A
         "dlog": len(delta_log(tmp_path / "dappend")[2]),
     }
     for sink in ("dappend", "djson", "dmirror", "iappend", "imirror"):
-        commits = sorted((tmp_path / "cp" / sink).rglob("commits/*"), key=lambda p: int(p.name) if p.name.isdigit() else -1)
+        commits = sorted(
+            (tmp_path / "cp" / sink).rglob("commits/*"), key=lambda p: int(p.name) if p.name.isdigit() else -1
+        )
         last = [p for p in commits if p.name.isdigit()][-1]
         last.unlink()  # Spark forgets it committed the batch: it runs it again
         state_file = tmp_path / "cp" / sink / "sluice" / "state.json"
@@ -140,7 +152,11 @@ def test_a_batch_replayed_after_its_table_commit_commits_nothing(sluice_spark: A
         assert state["batch"] == int(last.name)
         state["done"] = False  # and the sink's own record of it is lost with the crash too
         state_file.write_text(json.dumps(state))
-    Pipeline(pipeline_spec, sluice_spark).run(once=True, handle_signals=False)
+    with caplog.at_level(logging.INFO, logger="sluiceway.pipeline.sink"):
+        Pipeline(pipeline_spec, sluice_spark).run(once=True, handle_signals=False)
+    replayed = [r.getMessage() for r in caplog.records if "is in the table already" in r.getMessage()]
+    assert any("sink dappend: batch 1 " in m for m in replayed), replayed  # Spark did run it again
+    assert any("sink iappend: batch 1 " in m for m in replayed), replayed
     assert len(read_delta(tmp_path / "dappend")) == before["dappend"] == len(recs)
     assert len(read_iceberg(cat, "lake.appended")) == before["iappend"]
     assert len(delta_log(tmp_path / "dappend")[2]) == before["dlog"]

@@ -28,7 +28,13 @@ def _literal(value: str) -> str:
 
 
 class DeltaLake:
-    def __init__(self, path: str, *, storage_options: dict[str, str] | None = None, partition_by: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        storage_options: dict[str, str] | None = None,
+        partition_by: list[str] | None = None,
+    ) -> None:
         self.path = path
         self.storage_options = dict(storage_options or {}) or None
         self.partition_by = list(partition_by or [])
@@ -53,16 +59,23 @@ class DeltaLake:
         if self.local:
             path = self._local_path()
             writable_dir(path)
-            if os.path.isdir(path) and os.listdir(path) and not os.path.isdir(os.path.join(path, "_delta_log")):
+            if (
+                os.path.isdir(path)
+                and os.listdir(path)
+                and not os.path.isdir(os.path.join(path, "_delta_log"))
+            ):
                 raise DestinationUnreachable(
-                    f"{path} is not a Delta table (no _delta_log) and is not empty; give an empty or new directory",
+                    f"{path} is not a Delta table (no _delta_log) and is not empty; "
+                    "give an empty or new directory",
                     permanent=True,
                 )
             return
         try:
             self._table()
         except Exception as exc:  # the store's own error: credentials, bucket, network
-            raise DestinationUnreachable(f"{self.path}: {type(exc).__name__}: {exc}", permanent=True) from None
+            raise DestinationUnreachable(
+                f"{self.path}: {type(exc).__name__}: {exc}", permanent=True
+            ) from None
 
     def schema(self) -> pa.Schema | None:
         table = self._table()
@@ -76,7 +89,8 @@ class DeltaLake:
         from deltalake.transaction import CommitProperties, Transaction
 
         return CommitProperties(
-            app_transactions=[Transaction(app, batch)], custom_metadata={"sluice.app": app, "sluice.batch": str(batch)}
+            app_transactions=[Transaction(app, batch)],
+            custom_metadata={"sluice.app": app, "sluice.batch": str(batch)},
         )
 
     def append(self, rows: pa.Table, app: str, batch: int) -> None:
@@ -201,10 +215,10 @@ def _add_action(root: str, relative: str, partition_by: list[str]) -> Any:
 
     path = os.path.join(root, relative)
     st = os.stat(path)
-    parts = dict(
-        unquote(seg).split("=", 1) for seg in relative.split("/")[:-1] if "=" in seg
-    )
-    values = {c: (None if parts.get(c) == "__HIVE_DEFAULT_PARTITION__" else parts.get(c)) for c in partition_by}
+    parts = dict(unquote(seg).split("=", 1) for seg in relative.split("/")[:-1] if "=" in seg)
+    values = {
+        c: (None if parts.get(c) == "__HIVE_DEFAULT_PARTITION__" else parts.get(c)) for c in partition_by
+    }
     stats = _stats(pq.ParquetFile(path).metadata)
     return AddAction(relative, st.st_size, values, int(st.st_mtime * 1000), True, json.dumps(stats))
 
@@ -243,7 +257,7 @@ def _stats(meta: Any) -> dict[str, Any]:
 def _plain(t: pa.DataType) -> bool:
     # Not timestamps: Delta keeps them to the millisecond, and a maximum cut short would let a
     # reader skip a file holding a later instant.
-    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_string(t)
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_string(t))
 
 
 def _json_stat(value: Any) -> Any:

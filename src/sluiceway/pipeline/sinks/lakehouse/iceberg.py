@@ -10,11 +10,13 @@ snapshots it makes reach the catalog in one atomic commit.
 from __future__ import annotations
 
 import os
+import re
 from collections import defaultdict
 from typing import Any
 
 import pyarrow as pa
 
+from sluiceway.config.brokers import redact_url
 from sluiceway.pipeline.errors import DestinationUnreachable, one_line
 from sluiceway.pipeline.sinks.lakehouse.port import move_into
 from sluiceway.pipeline.sinks.lakehouse.shape import conform, evolve
@@ -54,7 +56,8 @@ class IcebergLake:
             self._table()
         except Exception as exc:  # the catalog's own error: a server down, a database missing
             raise DestinationUnreachable(
-                f"iceberg catalog {self.properties.get('uri', '')}: {type(exc).__name__}: {one_line(exc)}",
+                f"iceberg catalog {redact_url(self.properties.get('uri', ''))}: "
+                f"{type(exc).__name__}: {_plain(exc)}",
                 permanent=True,
             ) from None
 
@@ -134,6 +137,11 @@ class IcebergLake:
         """pyiceberg has no compaction: the spec allows ``optimize_every`` with Delta only."""
 
 
+def _plain(exc: Exception) -> str:
+    """The error's one line, without SQLAlchemy's pointer to its web page."""
+    return re.sub(r"\s*\(Background on this error at: [^)]*\)", "", one_line(exc))
+
+
 def _committed(table: Any, app: str) -> int | None:
     """The batch of the newest ancestor of the current snapshot that ``app`` committed."""
     snapshot = table.current_snapshot()
@@ -159,7 +167,11 @@ def _iceberg_ready(rows: pa.Table) -> pa.Table:
 def _key_filter(changes: pa.Table, keys: list[str], truncated: list[str]) -> Any:
     """A row filter matching every key in ``changes`` and every row of a truncated namespace:
     ``In`` over the last key column, grouped by the others."""
-    from pyiceberg.expressions import And, EqualTo, In, IsNull, Or
+    from pyiceberg import expressions
+
+    # Their typed signatures want bound terms; by name, as their documentation writes them.
+    ex: Any = expressions
+    And, EqualTo, In, IsNull, Or = ex.And, ex.EqualTo, ex.In, ex.IsNull, ex.Or
 
     columns = [changes.column(k).to_pylist() for k in keys]
     groups: dict[tuple[Any, ...], set[Any]] = defaultdict(set)
@@ -167,7 +179,9 @@ def _key_filter(changes: pa.Table, keys: list[str], truncated: list[str]) -> Any
         groups[values[:-1]].add(values[-1])
     terms: list[Any] = [EqualTo("namespace", ns) for ns in truncated]
     for prefix, last in groups.items():
-        term: Any = In(keys[-1], [v for v in last if v is not None]) if any(v is not None for v in last) else None
+        term: Any = (
+            In(keys[-1], [v for v in last if v is not None]) if any(v is not None for v in last) else None
+        )
         if None in last:
             term = IsNull(keys[-1]) if term is None else Or(term, IsNull(keys[-1]))
         for column, value in zip(keys[:-1], prefix, strict=True):

@@ -46,7 +46,9 @@ def lake_rows(records: pa.Table, columns: str, known: pa.Schema | None, given: d
         return records
     meta = [c for c in JSON_META if c in records.column_names]
     values = records.column("value").to_pylist() if "value" in records.column_names else [None] * len(records)
-    offsets = records.column("offset").to_pylist() if "offset" in records.column_names else [None] * len(records)
+    offsets = (
+        records.column("offset").to_pylist() if "offset" in records.column_names else [None] * len(records)
+    )
     objects: list[dict[str, Any]] = []
     for value, offset in zip(values, offsets, strict=True):
         if value is None:
@@ -58,14 +60,16 @@ def lake_rows(records: pa.Table, columns: str, known: pa.Schema | None, given: d
             raise SchemaConflict(f"the record at offset {offset} is not JSON ({exc})") from None
         if not isinstance(obj, dict):
             raise SchemaConflict(
-                f"the record at offset {offset} is a JSON {type(obj).__name__}, not an object to unpack into columns"
+                f"the record at offset {offset} is a JSON {type(obj).__name__}, "
+                "not an object to unpack into columns"
             )
         objects.append(obj)
     names = list(dict.fromkeys(k for o in objects for k in o))
     clash = next((c for c in names if c in JSON_META), None)
     if clash is not None:
         raise SchemaConflict(
-            f"the value has a field {clash!r}, which is a record column of the table; rename it in a transform"
+            f"the value has a field {clash!r}, which is a record column of the table; "
+            "rename it in a transform"
         )
     fields = []
     for name in names:
@@ -79,7 +83,9 @@ def lake_rows(records: pa.Table, columns: str, known: pa.Schema | None, given: d
             values = json_column([o.get(f.name) for o in objects], f.type)
             unpacked[f.name] = pa.array(values, _json_type(f.type)).cast(f.type)
         except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError) as exc:
-            raise SchemaConflict(f"column {f.name!r}: values no longer fit its type {f.type} ({exc})") from None
+            raise SchemaConflict(
+                f"column {f.name!r}: values no longer fit its type {f.type} ({exc})"
+            ) from None
     table = records.select(meta)
     for name, array in unpacked.items():
         table = table.append_column(name, array)
@@ -126,7 +132,9 @@ def mirror_changes(rows: pa.Table, keys: list[str]) -> tuple[pa.Table, list[str]
     ``truncate`` emptied (changes of a namespace before its last truncate are dropped)."""
     missing = [k for k in keys if k not in rows.column_names]
     if missing:
-        raise SchemaConflict(f"the key column {missing[0]!r} is not in the batch (columns: {', '.join(rows.column_names)})")
+        raise SchemaConflict(
+            f"the key column {missing[0]!r} is not in the batch (columns: {', '.join(rows.column_names)})"
+        )
     n = rows.num_rows
     ops = rows.column("op").to_pylist() if "op" in rows.column_names else [None] * n
     namespaces = rows.column("namespace").to_pylist() if "namespace" in rows.column_names else [None] * n
@@ -177,7 +185,7 @@ def _plain_type(t: pa.DataType) -> pa.DataType:
 
 
 def _widens(narrow: pa.DataType, wide: pa.DataType) -> bool:
-    return (pa.types.is_integer(narrow) and pa.types.is_int64(wide)) or (
+    return bool(pa.types.is_integer(narrow) and pa.types.is_int64(wide)) or bool(
         pa.types.is_float32(narrow) and pa.types.is_float64(wide)
     )
 

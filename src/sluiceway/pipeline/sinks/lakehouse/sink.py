@@ -65,11 +65,11 @@ def app_id(sink: str, run: str) -> str:
     return f"sluice:{sink}:{run}"
 
 
-def guarded(what: str, call: Any) -> Any:
-    """``call()``, its failures as the sink's: a batch that does not fit → :class:`TableRefused`;
+def guarded(what: str, call: Any, *args: Any) -> Any:
+    """``call(*args)``, its failures as the sink's: a batch that does not fit → :class:`TableRefused`;
     a full disk, a commit race, a store away → transient; anything else → permanent, named."""
     try:
-        return call()
+        return call(*args)
     except DestinationUnreachable:
         raise
     except SchemaConflict as exc:
@@ -111,11 +111,11 @@ class LakeWriter:
         run, batch = batch_of_token(token)
         app = app_id(self.sink, run)
         lake = open_table(self.spec)
-        done = guarded(where(self.spec), lambda: lake.committed(app))
+        done = guarded(where(self.spec), lake.committed, app)
         if done is not None and done >= batch:
             log.info("sink %s: batch %d is in the table already; a replay commits nothing", self.sink, batch)
             return
-        guarded(where(self.spec), lambda: self._commit(lake, table, app, batch))
+        guarded(where(self.spec), self._commit, lake, table, app, batch)
 
     def _commit(self, lake: LakeTable, records: pa.Table, app: str, batch: int) -> None:
         spec = self.spec
@@ -142,11 +142,13 @@ def write_lake(df: Any, plan: TaskPlan, spec: LakeSinkSpec) -> list[PartResult]:
     lake = open_table(spec)
     app = app_id(f"{plan.pipeline}.{spec.name}", plan.run)
     try:
-        done = guarded(where(spec), lambda: lake.committed(app))
+        done = guarded(where(spec), lake.committed, app)
     except DestinationUnreachable as exc:
         return [PartResult(0, error=str(exc))]
     if done is not None and done >= plan.batch:
-        log.info("sink %s: batch %d is in the table already; its replay commits nothing", spec.name, plan.batch)
+        log.info(
+            "sink %s: batch %d is in the table already; its replay commits nothing", spec.name, plan.batch
+        )
         return [PartResult(0)]
     if native(spec, lake):
         results = _from_executors(df, plan, spec, lake, app)
@@ -162,7 +164,9 @@ def write_lake(df: Any, plan: TaskPlan, spec: LakeSinkSpec) -> list[PartResult]:
     return results
 
 
-def _from_executors(df: Any, plan: TaskPlan, spec: LakeSinkSpec, lake: LakeTable, app: str) -> list[PartResult]:
+def _from_executors(
+    df: Any, plan: TaskPlan, spec: LakeSinkSpec, lake: LakeTable, app: str
+) -> list[PartResult]:
     """Spark's Parquet writer into the staging directory, then one commit adding the files."""
     import pyarrow.parquet as pq
     from pyspark.sql import functions as F
@@ -184,14 +188,21 @@ def _from_executors(df: Any, plan: TaskPlan, spec: LakeSinkSpec, lake: LakeTable
             results = [_file_result(i, os.path.join(run_dir, f)) for i, f in enumerate(named)]
             if named:
                 schema = pq.read_schema(os.path.join(run_dir, named[0]))
-                guarded(where(spec), lambda: lake.add_files(run_dir, named, schema, app, plan.batch))
+                guarded(where(spec), lake.add_files, run_dir, named, schema, app, plan.batch)
             shutil.rmtree(run_dir, ignore_errors=True)
             return results
         except Exception as exc:  # retried whole; the last error stops the sink at the batch's start
             delay = next(delays, None)
             permanent = isinstance(exc, DestinationUnreachable) and exc.permanent
             if delay is None or permanent:
-                return [PartResult(0, error=str(exc) if isinstance(exc, PipelineError) else f"{type(exc).__name__}: {one_line(exc)}")]
+                return [
+                    PartResult(
+                        0,
+                        error=str(exc)
+                        if isinstance(exc, PipelineError)
+                        else f"{type(exc).__name__}: {one_line(exc)}",
+                    )
+                ]
             time.sleep(delay)
 
 
