@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 
 from sluiceway.pipeline import Pipeline, PipelineSpec
@@ -101,6 +102,9 @@ def test_append_and_mirror_into_delta_and_iceberg_exactly_once(sluice_spark: Any
     appended = read_delta(tmp_path / "dappend")
     assert sorted(r["offset"] for r in appended) == list(range(len(everything)))
     assert Counter((r["namespace"], r["key"], r["value"]) for r in appended) == Counter(everything)
+    assert pl.read_delta(str(tmp_path / "dappend")).get_column("offset").sort().to_list() == list(
+        range(len(everything))
+    )  # and Polars, another Delta reader, sees the same table
     iceberg_rows = read_iceberg(cat, "lake.appended")
     assert sorted(r["offset"] for r in iceberg_rows) == list(range(len(everything)))
 
