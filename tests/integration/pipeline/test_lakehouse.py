@@ -55,7 +55,12 @@ def spec(tmp_path: Path, journal: Path, cat: dict[str, str]) -> PipelineSpec:
                 "name": "lake",
                 "source": {"type": "journal", "path": str(journal), "max_records_per_batch": 400},
                 "sinks": [
-                    {"name": "dappend", "type": "delta", "path": str(tmp_path / "dappend")},
+                    {
+                        "name": "dappend",
+                        "type": "delta",
+                        "path": str(tmp_path / "dappend"),
+                        "partition_by": ["namespace"],
+                    },
                     {"name": "djson", "type": "delta", "path": str(tmp_path / "djson"), "columns": "json"},
                     {
                         "name": "dmirror",
@@ -64,7 +69,13 @@ def spec(tmp_path: Path, journal: Path, cat: dict[str, str]) -> PipelineSpec:
                         "mode": "mirror",
                         "columns": "json",
                     },
-                    {"name": "iappend", "type": "iceberg", "catalog": cat, "table": "lake.appended"},
+                    {
+                        "name": "iappend",
+                        "type": "iceberg",
+                        "catalog": cat,
+                        "table": "lake.appended",
+                        "partition_by": ["namespace"],
+                    },
                     {
                         "name": "imirror",
                         "type": "iceberg",

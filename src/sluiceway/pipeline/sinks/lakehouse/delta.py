@@ -158,7 +158,7 @@ class DeltaLake:
         table = self._table()
         file_schema = pa.schema([f for f in schema if f.name not in self.partition_by])
         if table is None:
-            full = pa.schema(list(file_schema) + [pa.field(c, pa.string()) for c in self.partition_by])
+            full = pa.schema(list(file_schema) + [schema.field(c) for c in self.partition_by])
             create_table_with_add_actions(
                 self.path,
                 DeltaSchema.from_arrow(full),

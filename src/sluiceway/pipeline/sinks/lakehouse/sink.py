@@ -168,13 +168,16 @@ def _from_executors(
     df: Any, plan: TaskPlan, spec: LakeSinkSpec, lake: LakeTable, app: str
 ) -> list[PartResult]:
     """Spark's Parquet writer into the staging directory, then one commit adding the files."""
-    import pyarrow.parquet as pq
     from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_schema
 
     if plan.skip and "offset" in df.columns:
         df = df.filter(~F.col("offset").isin(list(plan.skip)))
     staging = lake.staging_dir()
     assert staging is not None
+    # The batch's columns with their types, partition columns included (Spark leaves those out
+    # of the files: their values are in the directory names).
+    schema = to_arrow_schema(df.schema, timezone="UTC")
     run_dir = os.path.join(staging, f"{plan.run}-{plan.batch:010d}")
     delays = backoff_delays(plan.policy.attempts, plan.policy.backoff, plan.policy.max_backoff)
     while True:
@@ -187,7 +190,6 @@ def _from_executors(
                     os.replace(os.path.join(run_dir, old), os.path.join(run_dir, new))
             results = [_file_result(i, os.path.join(run_dir, f)) for i, f in enumerate(named)]
             if named:
-                schema = pq.read_schema(os.path.join(run_dir, named[0]))
                 guarded(where(spec), lake.add_files, run_dir, named, schema, app, plan.batch)
             shutil.rmtree(run_dir, ignore_errors=True)
             return results
