@@ -61,7 +61,13 @@ def spec(tmp_path: Path, journal: Path, cat: dict[str, str]) -> PipelineSpec:
                         "path": str(tmp_path / "dappend"),
                         "partition_by": ["namespace"],
                     },
-                    {"name": "djson", "type": "delta", "path": str(tmp_path / "djson"), "columns": "json"},
+                    {
+                        "name": "djson",
+                        "type": "delta",
+                        "path": str(tmp_path / "djson"),
+                        "columns": "json",
+                        "optimize_every": 2,
+                    },
                     {
                         "name": "dmirror",
                         "type": "delta",
@@ -125,6 +131,10 @@ def test_append_and_mirror_into_delta_and_iceberg_exactly_once(sluice_spark: Any
     by_offset = {r["offset"]: r for r in unpacked}
     assert by_offset[3]["name"] == "r3" and by_offset[3].get("extra") is None
     assert by_offset[1000 + 7]["extra"] == 7
+
+    _files, _txns, commits = delta_log(tmp_path / "djson")
+    operations = [a["commitInfo"]["operation"] for c in commits for a in c["actions"] if "commitInfo" in a]
+    assert "OPTIMIZE" in operations  # compacted every second batch; the rows above are unchanged
 
     # Mirror: the last state of every key, deletes applied, in both formats.
     want = expected_mirror(everything)
