@@ -149,6 +149,9 @@ def write_lake(df: Any, plan: TaskPlan, spec: LakeSinkSpec) -> list[PartResult]:
         log.info(
             "sink %s: batch %d is in the table already; its replay commits nothing", spec.name, plan.batch
         )
+        staging = lake.staging_dir()
+        if staging is not None:  # what the attempt that died left behind
+            shutil.rmtree(os.path.join(staging, f"{plan.run}-{plan.batch:010d}"), ignore_errors=True)
         return [PartResult(0)]
     if native(spec, lake):
         results = _from_executors(df, plan, spec, lake, app)
