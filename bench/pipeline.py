@@ -11,9 +11,17 @@
    (``--once``: the sink writes from Spark's tasks), against plain Structured Streaming with the
    ``sluice-journal`` source and Spark's own Parquet sink (``writeStream.format("parquet")``,
    ``availableNow``): same session, same journal, alternating rounds after a warm-up, best of
-   three. Also journal → journal sink and journal → postgres sink (rows/s).
+   three. In the same rounds, journal → delta and journal → iceberg (``mode: append``, the
+   record's columns: Spark writes the files from its tasks, the driver commits), each against
+   the parquet sink. Also journal → journal sink and journal → postgres sink (rows/s).
+4. The mirror: M changes (default 1,000,000) over K keys (default 100,000; two namespaces,
+   keys drawn at random, one change in ten a delete) into a delta mirror (``mode: mirror``,
+   ``columns: json``: one task per batch, one ``MERGE`` by ``[namespace, key]``) and into a
+   postgres sink keyed ``[namespace, key]``: the same journal, the same batches (default
+   100,000 changes), once each; changes/s, and both tables checked against the expected state.
 
     .venv/bin/python bench/pipeline.py [--records 2000000] [--outbox 100000] [--e2e 1000000]
+        [--mirror-changes 1000000] [--mirror-keys 100000] [--mirror-batch 100000]
 
 Prints a table, then one JSON line.
 """
@@ -42,6 +50,53 @@ def make_journal(path: str, n: int) -> None:
             with j.append() as tx:
                 for i in range(start, min(n, start + 20_000)):
                     tx.write(f"order-{i % 10_000}", value, headers=[("source", "bench")], namespace="orders")
+
+
+def make_mirror_journal(path: str, n: int, keys: int) -> tuple[int, int]:
+    """``n`` changes over ``keys`` keys (namespaces ``orders`` and ``items``, keys drawn at random
+    with a fixed seed; one change in ten a delete, the rest a small JSON object). Returns what a
+    mirror of them holds: its rows, and the sum of their offsets (offsets count from 0)."""
+    import random
+
+    from sluiceway.journal import Journal
+
+    rng = random.Random(25)
+    latest: dict[int, int] = {}  # key → offset of its last change (-1: deleted)
+    statuses = ("created", "paid", "shipped", "delivered")
+    with Journal.open(path, fsync=False) as j:
+        for start in range(0, n, 20_000):
+            with j.append() as tx:
+                for i in range(start, min(n, start + 20_000)):
+                    k = rng.randrange(keys)
+                    ns = "orders" if k % 2 else "items"
+                    if i % 10 == 9:
+                        tx.write(f"k{k}", None, namespace=ns)
+                        latest[k] = -1
+                        continue
+                    value = {"id": k, "n": i, "status": statuses[i % 4], "total": 12.5 + i % 100}
+                    tx.write(f"k{k}", json.dumps(value).encode(), namespace=ns)
+                    latest[k] = i
+    live = [o for o in latest.values() if o >= 0]
+    return len(live), sum(live)
+
+
+def run_once(spark: object, work: str, journal: str, batch: int, tag: str, sink: dict[str, object]) -> float:
+    """Seconds for ``Pipeline(...).run(once=True)`` of ``journal`` into ``sink``, batches of ``batch``."""
+    from sluiceway.pipeline import Pipeline, PipelineSpec
+
+    spec = PipelineSpec.from_dict(
+        {
+            "name": f"e2e-{tag}",
+            "source": {"type": "journal", "path": journal, "max_records_per_batch": batch},
+            "sinks": [{"name": "out", **sink}],
+            "checkpoint": os.path.join(work, f"cp-{tag}"),
+        }
+    )
+    t0 = time.perf_counter()
+    runs = Pipeline(spec, spark).run(once=True, handle_signals=False)
+    elapsed = time.perf_counter() - t0
+    assert runs["out"].state == "finished", runs
+    return elapsed
 
 
 def journal_to_parquet(journal: str, target: str) -> None:
@@ -96,27 +151,23 @@ def bench_read(spark: object, n: int, work: str) -> dict[str, float]:
 
 
 def bench_e2e(spark: object, n: int, work: str) -> dict[str, float]:
-    """journal → parquet through the pipeline vs plain Structured Streaming with Spark's Parquet sink."""
-    from sluiceway.pipeline import Pipeline, PipelineSpec
-
+    """journal → parquet through the pipeline vs plain Structured Streaming with Spark's Parquet
+    sink; journal → delta and → iceberg (append) in the same rounds."""
     journal = os.path.join(work, "e2e-journal")
     make_journal(journal, n)
-    rounds: dict[str, list[float]] = {"pipeline": [], "native": []}
+    rounds: dict[str, list[float]] = {"pipeline": [], "native": [], "delta": [], "iceberg": []}
+    warehouse = os.path.join(work, "warehouse")
+    os.makedirs(warehouse)
+    catalog = {"type": "sql", "uri": f"sqlite:///{work}/catalog.db", "warehouse": f"file://{warehouse}"}
 
     def pipeline_once(tag: str, sink: dict[str, object]) -> float:
-        spec = PipelineSpec.from_dict(
-            {
-                "name": f"e2e-{tag}",
-                "source": {"type": "journal", "path": journal, "max_records_per_batch": n},
-                "sinks": [{"name": "out", **sink}],
-                "checkpoint": os.path.join(work, f"cp-{tag}"),
-            }
-        )
-        t0 = time.perf_counter()
-        runs = Pipeline(spec, spark).run(once=True, handle_signals=False)
-        elapsed = time.perf_counter() - t0
-        assert runs["out"].state == "finished", runs
-        return elapsed
+        return run_once(spark, work, journal, n, tag, sink)
+
+    def delta(tag: str) -> dict[str, object]:
+        return {"type": "delta", "path": os.path.join(work, f"delta-{tag}")}
+
+    def iceberg(tag: str) -> dict[str, object]:
+        return {"type": "iceberg", "catalog": catalog, "table": f"bench.append_{tag}"}
 
     def native_once(tag: str) -> float:
         df = (
@@ -140,15 +191,22 @@ def bench_e2e(spark: object, n: int, work: str) -> dict[str, float]:
 
     pipeline_once("warm", {"type": "parquet", "path": os.path.join(work, "lake-warm")})
     native_once("warm")
-    for i in range(3):  # alternate, so neither gets a warmer machine
+    pipeline_once("delta-warm", delta("warm"))
+    pipeline_once("iceberg-warm", iceberg("warm"))
+    for i in range(3):  # alternate, so none gets a warmer machine; every round a new table
         steps = [
             lambda: rounds["pipeline"].append(
                 pipeline_once(f"p{i}", {"type": "parquet", "path": os.path.join(work, f"lake-{i}")})  # noqa: B023
             ),
             lambda: rounds["native"].append(native_once(f"n{i}")),  # noqa: B023
+            lambda: rounds["delta"].append(pipeline_once(f"d{i}", delta(str(i)))),  # noqa: B023
+            lambda: rounds["iceberg"].append(pipeline_once(f"i{i}", iceberg(str(i)))),  # noqa: B023
         ]
         for step in steps if i % 2 == 0 else reversed(steps):
             step()
+    delta_rows = count_delta(os.path.join(work, "delta-0"))
+    iceberg_rows = count_iceberg(catalog, "bench.append_0")
+    assert delta_rows == n and iceberg_rows == n, (delta_rows, iceberg_rows)
     journal_sink = pipeline_once("journal", {"type": "journal", "path": os.path.join(work, "copy")})
     with scratch_postgres("sluice_bench_e2e") as dsn:
         postgres_sink = pipeline_once("postgres", {"type": "postgres", "dsn": dsn, "table": "latest"})
@@ -159,6 +217,69 @@ def bench_e2e(spark: object, n: int, work: str) -> dict[str, float]:
         "native_rounds": rounds["native"],  # type: ignore[dict-item]
         "journal_sink_rps": n / journal_sink,
         "postgres_sink_rps": n / postgres_sink,
+        "delta_rps": n / min(rounds["delta"]),
+        "iceberg_rps": n / min(rounds["iceberg"]),
+        "delta_rounds": rounds["delta"],  # type: ignore[dict-item]
+        "iceberg_rounds": rounds["iceberg"],  # type: ignore[dict-item]
+    }
+
+
+def count_delta(path: str) -> int:
+    from deltalake import DeltaTable
+
+    return DeltaTable(path).to_pyarrow_dataset().count_rows()
+
+
+def count_iceberg(catalog: dict[str, str], table: str) -> int:
+    from pyiceberg.catalog import load_catalog
+
+    # The sink loads its catalog as "sluice", and a SQL catalog keeps its tables per catalog name.
+    return len(
+        load_catalog("sluice", **catalog).load_table(table).scan(selected_fields=("offset",)).to_arrow()
+    )
+
+
+def bench_mirror(spark: object, changes: int, keys: int, batch: int, work: str) -> dict[str, float]:
+    """The same journal of ``changes`` over ``keys`` keys into a delta mirror (MERGE by
+    ``[namespace, key]``) and into a postgres sink keyed the same, once each; both checked."""
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+
+    from sluiceway.db import Database
+
+    journal = os.path.join(work, "mirror-journal")
+    t0 = time.perf_counter()
+    rows, offset_sum = make_mirror_journal(journal, changes, keys)
+    print(f"mirror data: {changes:,} changes written in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+    table = os.path.join(work, "mirror-delta")
+    delta_s = run_once(
+        spark,
+        work,
+        journal,
+        batch,
+        "mirror-delta",
+        {"type": "delta", "path": table, "mode": "mirror", "columns": "json"},
+    )
+    got = DeltaTable(table).to_pyarrow_table(columns=["offset"]).column("offset")
+    assert (len(got), pc.sum(got).as_py()) == (rows, offset_sum), ("delta", len(got), rows)
+    with scratch_postgres("sluice_bench_mirror") as dsn:
+        postgres_s = run_once(
+            spark,
+            work,
+            journal,
+            batch,
+            "mirror-postgres",
+            {"type": "postgres", "dsn": dsn, "table": "mirror", "key": ["namespace", "key"]},
+        )
+        with Database(dsn) as db:
+            row = db.fetchone('SELECT count(*), sum("offset") FROM mirror')
+        assert row is not None and (row[0], int(row[1])) == (rows, offset_sum), ("postgres", row, rows)
+    return {
+        "delta_cps": changes / delta_s,
+        "postgres_cps": changes / postgres_s,
+        "delta_s": delta_s,
+        "postgres_s": postgres_s,
+        "rows": rows,
     }
 
 
@@ -244,6 +365,11 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=2_000_000)
     ap.add_argument("--outbox", type=int, default=100_000)
     ap.add_argument("--e2e", type=int, default=1_000_000, help="records for the end-to-end measure")
+    ap.add_argument("--mirror-changes", type=int, default=1_000_000, help="changes for the mirror measure")
+    ap.add_argument("--mirror-keys", type=int, default=100_000, help="keys the mirror's changes are over")
+    ap.add_argument(
+        "--mirror-batch", type=int, default=100_000, help="changes per micro-batch in the mirror measure"
+    )
     args = ap.parse_args()
 
     from _arrow_source import ArrowFileSource
@@ -261,6 +387,8 @@ def main() -> None:
         out = bench_outbox(spark, args.outbox, work)
         e2e = bench_e2e(spark, args.e2e, work)
         print(f"e2e: {e2e}", file=sys.stderr)
+        mirror = bench_mirror(spark, args.mirror_changes, args.mirror_keys, args.mirror_batch, work)
+        print(f"mirror: {mirror}", file=sys.stderr)
     ratio = read["journal_rps"] / read["parquet_rps"]
     report(
         f"pipeline: {args.records:,} records into noop (local[2]); outbox {args.outbox:,} rows → Kafka",
@@ -299,6 +427,24 @@ def main() -> None:
             ),
             ("e2e journal → journal sink, records/s", f"{e2e['journal_sink_rps']:,.0f}"),
             ("e2e journal → postgres sink (upsert), records/s", f"{e2e['postgres_sink_rps']:,.0f}"),
+            ("e2e journal → delta (append), records/s", f"{e2e['delta_rps']:,.0f}"),
+            (
+                "e2e delta / parquet sink",
+                f"{e2e['delta_rps'] / e2e['pipeline_rps']:.2f}  (target ≥ 0.80)",
+            ),
+            ("e2e journal → iceberg (append), records/s", f"{e2e['iceberg_rps']:,.0f}"),
+            ("e2e iceberg / parquet sink", f"{e2e['iceberg_rps'] / e2e['pipeline_rps']:.2f}"),
+            (
+                f"mirror {args.mirror_changes:,} changes over {args.mirror_keys:,} keys "
+                f"(batches of {args.mirror_batch:,}): delta MERGE, changes/s",
+                f"{mirror['delta_cps']:,.0f}  ({mirror['delta_s']:.1f}s)",
+            ),
+            (
+                "mirror: postgres sink upsert by (namespace, key), changes/s",
+                f"{mirror['postgres_cps']:,.0f}  ({mirror['postgres_s']:.1f}s)",
+            ),
+            ("mirror delta / postgres", f"{mirror['delta_cps'] / mirror['postgres_cps']:.2f}"),
+            ("mirror rows (both tables checked)", f"{mirror['rows']:,.0f}"),
         ],
         {
             "bench": "pipeline",
@@ -315,6 +461,15 @@ def main() -> None:
             "e2e_ratio": round(e2e["pipeline_rps"] / e2e["native_rps"], 3),
             "e2e_journal_sink_rps": round(e2e["journal_sink_rps"]),
             "e2e_postgres_sink_rps": round(e2e["postgres_sink_rps"]),
+            "e2e_delta_rps": round(e2e["delta_rps"]),
+            "e2e_iceberg_rps": round(e2e["iceberg_rps"]),
+            "e2e_delta_ratio": round(e2e["delta_rps"] / e2e["pipeline_rps"], 3),
+            "e2e_iceberg_ratio": round(e2e["iceberg_rps"] / e2e["pipeline_rps"], 3),
+            "mirror_changes": args.mirror_changes,
+            "mirror_keys": args.mirror_keys,
+            "mirror_batch": args.mirror_batch,
+            "mirror_delta_cps": round(mirror["delta_cps"]),
+            "mirror_postgres_cps": round(mirror["postgres_cps"]),
         },
     )
     spark.stop()  # type: ignore[attr-defined]
