@@ -74,6 +74,10 @@ class WarningThrottle:
             self.logger.warning(msg, *args)
         return True
 
+    def changed(self) -> None:
+        """The trouble changed (another error): the next warning is written at once."""
+        self._last = None
+
     def resolved(self, msg: str, *args: object) -> None:
         """The trouble is over: say so once (if a warning was written), and start afresh."""
         if self._last is None:

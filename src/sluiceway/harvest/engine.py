@@ -139,6 +139,11 @@ class Term:
         self._delivery_signal = threading.Event()
         self._purger_stop = False
         self._purge_outage = WarningThrottle(log, OUTAGE_REMINDER)  # the purge/reset thread's only
+        # Failed deliveries that fail alike (a full disk, a broker refusing every write): one line per
+        # such trouble (a reminder a minute), not one per record and retry. The purge thread's only.
+        self._delivery_outage = WarningThrottle(log, OUTAGE_REMINDER)
+        self._delivery_error = ""
+        self._failed_at = 0.0
         self._handoff: queue.Queue[tuple[int, int, list[MarkedRecord]]] = queue.Queue(maxsize=1)
         self._outstanding = 0  # handed to the publisher, delivery report not yet settled
         self._outstanding_lock = threading.Lock()
@@ -213,7 +218,7 @@ class Term:
             wake = store.wakeups() if lim.idle_poll > 0 else None
             while not self._stopping.is_set() and self._error is None:
                 if disp.force_remark:
-                    self._refresh("a delivery failed")
+                    self._refresh("a delivery failed", quiet=self._delivery_outage.troubled)
                 now = time.monotonic()
                 if now - last_meter >= lim.min_metrics_interval:
                     engine.emit_meter(now - last_meter, disp, self._parked_keys(store, now))
@@ -450,7 +455,13 @@ class Term:
             self._failures[d.record.id] = d
             if d.error is not WITHHELD:
                 counters.failed += 1
-                log.warning("delivery of record %d (key %r) failed: %s", d.record.id, d.record.key, d.error)
+                self._delivery_failed(d)
+        if ok and not failed and self._delivery_outage.troubled and time.monotonic() - self._failed_at > 5.0:
+            # Five seconds of deliveries without a failure: the trouble is over.
+            self._delivery_outage.resolved(
+                "deliveries succeed again after %.1fs", self._delivery_outage.duration()
+            )
+            self._delivery_error = ""
         plan = self.dispatcher.acknowledge(ok, [d.record for d in failed])
         if plan.purge:
             # One statement for every window's acknowledged prefix: a key's rows go in id order.
@@ -493,6 +504,18 @@ class Term:
                         )
                         return False
                 time.sleep(backoff)
+
+    def _delivery_failed(self, d: Delivery) -> None:
+        """Warn of a failed delivery: at once when it fails in a new way, then at most once a
+        minute while deliveries keep failing the same way (the count held back is said)."""
+        error = str(d.error)
+        self._failed_at = time.monotonic()
+        if error != self._delivery_error:
+            self._delivery_error = error
+            self._delivery_outage.changed()
+        self._delivery_outage.warn(
+            "delivery of record %d (key %r) failed: %s", d.record.id, d.record.key, d.error
+        )
 
     def _resolve(self, store: OutboxStore, failure: Failure) -> None:
         """A key's window drained after a failure: bury or reset its first failed record; the

@@ -1,0 +1,124 @@
+"""A full disk under the harvester: its target journal on a small file system (a size-limited
+tmpfs the test mounts) fills up mid-run. What must hold (issue 27):
+
+* nothing is lost — every stashed record reaches the journal once space is back, in per-key order,
+  and the outbox drains;
+* the harvester says so in one warning line for the outage (naming the path and the cause), not
+  one per retry;
+* it resumes by itself when space is freed; the journal holds only whole appends.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from sluiceway import Harvest, HarvestConfig, OutboxRecord, Stasher
+from sluiceway.db import Database
+from sluiceway.harvest import LeaderAcquired
+from sluiceway.journal import Journal
+from sluiceway.outbox import init_outbox
+from sluiceway.testing import wait_until
+from tests.support.harvest import Recorder, started
+from tests.support.order import check_per_key_order
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MB tmpfs mounted for this test (root only; unmounted after)."""
+    where = tmp_path / "small"
+    where.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def fill(path: Path, leave: int) -> None:
+    """Write a ballast file until ``leave`` bytes are free on ``path``'s file system."""
+    st = os.statvfs(path)
+    free = st.f_bavail * st.f_frsize
+    with open(path / "ballast", "wb") as fh:
+        fh.write(b"\0" * max(0, free - leave))
+
+
+def test_a_full_journal_disk_loses_nothing_says_so_once_and_resumes(
+    postgres_dsn: str, small_fs: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="sluiceway")
+    table = f"outbox_full_{uuid.uuid4().hex[:6]}"
+    with Database(postgres_dsn) as db:
+        init_outbox(db, table)
+    journal = small_fs / "journal"
+    config = HarvestConfig.from_dict(
+        {
+            "harvest": {
+                "dataSource": postgres_dsn,
+                "outboxTable": table,
+                "journal": {"path": str(journal)},
+                "election": {"kind": "database"},
+                "limits": {"ioErrorBackoff": "100ms", "minMetricsInterval": "600s"},
+            }
+        }
+    )
+    sent: dict[str, int] = defaultdict(int)
+
+    def stash(n: int) -> None:
+        with psycopg.connect(postgres_dsn) as conn:
+            stasher = Stasher(table).prepare(conn)
+            for i in range(n):
+                key = f"key-{i % 10}"
+                sent[key] += 1
+                stasher.stash(OutboxRecord("orders", key, json.dumps({"seq": sent[key], "pad": "x" * 900})))
+            conn.commit()
+
+    def outbox_rows() -> int:
+        with Database(postgres_dsn) as db:
+            row = db.fetchone(f"SELECT count(*) FROM {table}")
+            return int(row[0]) if row else -1
+
+    recorder = Recorder()
+    harvest = started(Harvest(config), recorder)
+    try:
+        wait_until(lambda: recorder.of(LeaderAcquired), timeout=30, message="leadership")
+        stash(200)
+        wait_until(lambda: outbox_rows() == 0, timeout=30, message="the first records to reach the journal")
+        fill(small_fs, leave=256 * 1024)
+        stash(2000)  # about 2 MB: far more than is left
+        full = os.strerror(28)
+        wait_until(
+            lambda: any(full in r.getMessage() for r in caplog.records), timeout=30, message="the full disk"
+        )
+        time.sleep(3)  # thirty retries at 100 ms
+        assert outbox_rows() > 0, "records are held in the outbox while the disk is full"
+        (small_fs / "ballast").unlink()
+        wait_until(lambda: outbox_rows() == 0, timeout=60, message="the outbox to drain once space is back")
+    finally:
+        harvest.stop()
+
+    with Journal.open(journal, read_only=True) as reader:
+        records = [(r.key, json.loads(r.value)["seq"]) for r in reader.read()]  # type: ignore[arg-type]
+    check_per_key_order(records, dict(sent))  # nothing lost, per-key order
+    warnings = [
+        r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and full in r.getMessage()
+    ]
+    print(f"\n{len(records)} records for {sum(sent.values())} stashed; warnings: {warnings}")
+    assert len(warnings) == 1, warnings
+    assert str(journal) in warnings[0]
