@@ -122,3 +122,65 @@ def test_a_full_journal_disk_loses_nothing_says_so_once_and_resumes(
     print(f"\n{len(records)} records for {sum(sent.values())} stashed; warnings: {warnings}")
     assert len(warnings) == 1, warnings
     assert str(journal) in warnings[0]
+
+
+def test_a_feed_on_sqlite_on_a_full_disk_fails_claims_cleanly_and_loses_no_item(
+    small_fs: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The feed's SQLite file fills its disk while a worker runs: adds fail with the project's
+    error (not a crash), the worker keeps running and says so once, and once space is back every
+    item added is processed and complete (at most one batch run again, at-least-once)."""
+    from sluiceway.errors import SluicewayError
+    from sluiceway.feed import Feed, FeedWorker, Item
+
+    caplog.set_level(logging.INFO, logger="sluiceway")
+    dsn = f"sqlite:///{small_fs / 'feed.db'}"
+    feed = Feed(dsn, prefix="full_")
+    processed: list[int] = []
+
+    def process(item: Item) -> dict[str, object]:
+        processed.append(item.id)
+        time.sleep(0.005)
+        return {"done": True}
+
+    worker = FeedWorker(
+        dsn, process, prefix="full_", batch_size=5, poll_interval=0.05, backoff=0.1, max_backoff=0.5
+    )
+    added = 0
+    try:
+        for n in range(30):
+            feed.add(f"p{n}", [b"x" * 200 for _ in range(4)])
+            added += 4
+        worker.start()
+        wait_until(lambda: len(processed) >= 20, timeout=30, message="the worker to get going")
+        fill(small_fs, leave=0)
+        refused = 0
+        for n in range(30, 40):
+            try:
+                feed.add(f"p{n}", [b"y" * 4000 for _ in range(4)])
+                added += 4
+            except SluicewayError as exc:  # the project's error, naming the cause
+                refused += 1
+                assert "full" in str(exc).lower() or os.strerror(28).lower() in str(exc).lower(), exc
+        time.sleep(2)
+        assert worker.running, "the worker died of a full disk"
+        (small_fs / "ballast").unlink()
+        wait_until(
+            lambda: (
+                feed.db.fetchone(f"SELECT count(*) FROM {feed.store.items_table} WHERE status = 'complete'")
+                == (added,)
+            ),
+            timeout=60,
+            message="every item to complete once space is back",
+        )
+        assert worker.running
+    finally:
+        worker.stop()
+        feed.close()
+    assert refused > 0, "the disk never filled: nothing was tested"
+    # At-least-once: a claimed batch whose completion could not be written may run again.
+    assert len(processed) - len(set(processed)) <= 5
+    assert len(set(processed)) == added
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    print(f"\n{added} items, {refused} adds refused while full; warnings: {warnings}")
+    assert len(warnings) <= 2, warnings
