@@ -50,6 +50,7 @@ def test_json_columns_typed_by_the_table_the_spec_then_inferred() -> None:
         (b"{nope", "is not JSON"),
         (b'{"key": 1}', "field 'key', which is a record column"),
         (b'{"id": "x"}', "column 'id': values no longer fit its type int64"),
+        (b'{"id": 2.5}', "column 'id': values no longer fit its type int64"),  # never truncated to 2
     ],
 )
 def test_a_batch_that_does_not_fit_says_why(value: bytes, words: str) -> None:
@@ -91,3 +92,13 @@ def test_evolve_adds_nullable_columns_and_refuses_a_changed_type() -> None:
 def test_a_token_names_its_checkpoints_life_and_batch() -> None:
     assert batch_of_token(token_of("abc123", 42, 0, 7, 10)) == ("abc123", 42)
     assert batch_of_token(token_of("abc123", 3, None, 0, 1)) == ("abc123", 3)
+
+
+def test_typed_columns_are_always_there_and_zoneless_timestamps_are_utc() -> None:
+    records = batch(("t", "delete", "1", None), ("t", "insert", "2", {"at": "2026-01-02T03:04:05"}))
+    rows = lake_rows(records, "json", None, {"id": "long", "at": "timestamp"})
+    assert rows.column("id").to_pylist() == [None, None]  # typed in schema: there, even all null
+    assert rows.column("at").to_pylist()[1].isoformat() == "2026-01-02T03:04:05+00:00"
+    known = pa.schema([pa.field("doc", pa.large_string())])  # how Iceberg's schema reads strings
+    rows = lake_rows(batch(("t", "insert", "1", {"doc": {"a": [1]}})), "json", known, {})
+    assert rows.column("doc").to_pylist() == ['{"a":[1]}']

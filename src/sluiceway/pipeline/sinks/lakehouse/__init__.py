@@ -9,9 +9,11 @@ driver:
 
 * **Files from the executors** (``mode: append``, the record's own columns, a table on a local
   file system): Spark's Parquet writer writes the batch from its tasks into a staging directory
-  beside the table; the driver moves the files into the table and adds them in one commit. A
-  file moved by an attempt that died before its commit is in no table version (readers never see
-  it) and is replaced by the replay, which writes the same names.
+  beside the table; the driver moves the files into the table and adds them in one commit. Each
+  attempt names its files afresh, so a file a committed version lists is never written over; a
+  file moved by an attempt that died before its commit is in no table version (readers never
+  see it; a vacuum removes it). A retry first reads the marker: the commit of the attempt before
+  may have landed though its call failed.
 * **One task** (``mode: mirror``; ``columns: json``; a table in an object store): the batch, sorted
   by offset, goes to one Spark task, which shapes it (:mod:`~sluiceway.pipeline.sinks.lakehouse.shape`),
   reads the marker again and commits through the format's own library — ``MERGE`` for the mirror —

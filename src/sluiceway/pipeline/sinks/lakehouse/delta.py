@@ -59,11 +59,7 @@ class DeltaLake:
         if self.local:
             path = self._local_path()
             writable_dir(path)
-            if (
-                os.path.isdir(path)
-                and os.listdir(path)
-                and not os.path.isdir(os.path.join(path, "_delta_log"))
-            ):
+            if os.path.isdir(path) and _foreign(path):
                 raise DestinationUnreachable(
                     f"{path} is not a Delta table (no _delta_log) and is not empty; "
                     "give an empty or new directory",
@@ -127,7 +123,8 @@ class DeltaLake:
         current = _arrow_schema(table)
         evolve(current, changes.schema)
         source = conform(changes, _merged(current, changes.schema))
-        match = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in keys)
+        # Null-safe: a record with no key (a Kafka record's, say) is one row, not a new row a batch.
+        match = " AND ".join(f"(t.{_q(k)} IS NOT DISTINCT FROM s.{_q(k)})" for k in keys)
         live = "coalesce(s.op, '') <> 'delete'" if "op" in source.column_names else "true"
         merger = table.merge(
             source,
@@ -189,6 +186,17 @@ class DeltaLake:
         table = self._table()
         if table is not None:
             table.optimize.compact()
+
+
+def _foreign(path: str) -> bool:
+    """``path`` holds something besides a Delta table or what a first batch that died left of
+    one (its staging directory, data files and partition directories written before the log)."""
+    if os.path.isdir(os.path.join(path, "_delta_log")):
+        return False
+    return any(
+        not (name.startswith((".", "_")) or name.endswith(".parquet") or "=" in name)
+        for name in os.listdir(path)
+    )
 
 
 def _arrow_schema(table: Any) -> pa.Schema:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections import defaultdict
 from typing import Any
 
@@ -67,7 +68,10 @@ class IcebergLake:
 
     def committed(self, app: str) -> int | None:
         table = self._table()
-        return None if table is None else _committed(table, app)
+        if table is None:
+            return None
+        kept = table.properties.get(f"{BATCH}.{app}")
+        return int(kept) if kept is not None else _committed(table, app)
 
     def _create(self, schema: pa.Schema) -> Any:
         self.catalog.create_namespace_if_not_exists(self.namespace)
@@ -84,6 +88,12 @@ class IcebergLake:
     def _marker(self, app: str, batch: int) -> dict[str, str]:
         return {APP: app, BATCH: str(batch)}
 
+    @staticmethod
+    def _property(app: str, batch: int) -> dict[str, str]:
+        """The marker kept as a table property too, in the same commit: it survives a commit
+        that makes no snapshot (a mirror batch that changed nothing) and expired snapshots."""
+        return {f"{BATCH}.{app}": str(batch)}
+
     def _evolve(self, tx: Any, table: Any, schema: pa.Schema) -> pa.Schema:
         current = table.schema().as_arrow()
         added = evolve(current, schema)
@@ -93,15 +103,16 @@ class IcebergLake:
         return pa.schema(list(current) + added)
 
     def append(self, rows: pa.Table, app: str, batch: int) -> None:
-        table = self._table() or self._create(rows.schema)
+        table = self._table() or self._create(_iceberg_schema(rows.schema))
         with table.transaction() as tx:
             schema = self._evolve(tx, table, rows.schema)
             tx.append(_iceberg_ready(conform(rows, schema)), snapshot_properties=self._marker(app, batch))
+            tx.set_properties(self._property(app, batch))
 
     def mirror(self, changes: pa.Table, truncated: list[str], keys: list[str], app: str, batch: int) -> None:
         import pyarrow.compute as pc
 
-        table = self._table() or self._create(changes.schema)
+        table = self._table() or self._create(_iceberg_schema(changes.schema))
         live = changes
         if "op" in changes.column_names:
             live = changes.filter(pc.fill_null(pc.not_equal(changes.column("op"), "delete"), True))
@@ -110,31 +121,46 @@ class IcebergLake:
             schema = self._evolve(tx, table, changes.schema)
             condition = _key_filter(changes, keys, truncated)
             if condition is not None and table.current_snapshot() is not None:
-                tx.delete(condition, snapshot_properties=marker)
+                with warnings.catch_warnings():  # deleting keys the table lacks is normal here
+                    warnings.filterwarnings("ignore", "Delete operation did not match any records")
+                    tx.delete(condition, snapshot_properties=marker)
             if live.num_rows:
                 tx.append(_iceberg_ready(conform(live, schema)), snapshot_properties=marker)
+            tx.set_properties(self._property(app, batch))
 
     def staging_dir(self) -> str | None:
-        warehouse = self.properties.get("warehouse", "")
-        if "://" in warehouse and not warehouse.startswith("file://"):
-            return None
-        if not warehouse:
-            return None
-        return os.path.join(warehouse.removeprefix("file://"), ".sluice-staging", self.identifier)
+        table = self._table()
+        if table is not None:
+            root = _local(table.location())
+            return None if root is None else os.path.join(root, "data", ".sluice-staging")
+        if self.properties.get("type") == "rest":
+            return None  # a REST catalog's warehouse is a name, not a place
+        root = _local(self.properties.get("warehouse", ""))
+        return None if root is None else os.path.join(root, ".sluice-staging", self.identifier)
 
     def add_files(self, staged: str, files: list[str], schema: pa.Schema, app: str, batch: int) -> None:
         table = self._table() or self._create(_iceberg_schema(schema))
-        location = table.location()
-        if "://" in location and not location.startswith("file://"):
-            raise DestinationUnreachable(f"table {self.identifier} is at {location}, not on this file system")
-        root = os.path.join(location.removeprefix("file://"), "data")
-        move_into(staged, files, root)
+        root = _local(table.location())
+        if root is None:
+            raise DestinationUnreachable(
+                f"table {self.identifier} is at {table.location()}, not on this file system", permanent=True
+            )
+        data = os.path.join(root, "data")
+        move_into(staged, files, data)
         with table.transaction() as tx:
             self._evolve(tx, table, _iceberg_schema(schema))
-            tx.add_files([os.path.join(root, f) for f in files], snapshot_properties=self._marker(app, batch))
+            tx.add_files([os.path.join(data, f) for f in files], snapshot_properties=self._marker(app, batch))
+            tx.set_properties(self._property(app, batch))
 
     def optimize(self) -> None:
         """pyiceberg has no compaction: the spec allows ``optimize_every`` with Delta only."""
+
+
+def _local(location: str) -> str | None:
+    """The directory of a ``file:`` location or a plain path (``None``: an object store)."""
+    if location.startswith("file:"):
+        return re.sub(r"^file:(//)?", "", location) or None
+    return location if location.startswith("/") else None
 
 
 def _plain(exc: Exception) -> str:

@@ -75,14 +75,17 @@ def lake_rows(records: pa.Table, columns: str, known: pa.Schema | None, given: d
     for name in names:
         column = [o.get(name) for o in objects]
         fields.append(_value_field(name, column, known, given))
+    # Columns typed in ``schema`` are always there (a mirror keyed on one needs it even in a
+    # batch of tombstones).
+    fields += [pa.field(name, LAKE_TYPES[kind]) for name, kind in given.items() if name not in names]
     unpacked = {}
+    errors = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, ValueError)
     for f in fields:
         if pa.types.is_null(f.type):
             continue  # no value yet: the column waits until it has one (its type unknown till then)
         try:
-            values = json_column([o.get(f.name) for o in objects], f.type)
-            unpacked[f.name] = pa.array(values, _json_type(f.type)).cast(f.type)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, ValueError) as exc:
+            unpacked[f.name] = _typed(json_column([o.get(f.name) for o in objects], f.type), f.type)
+        except errors as exc:
             raise SchemaConflict(
                 f"column {f.name!r}: values no longer fit its type {f.type} ({exc})"
             ) from None
@@ -112,17 +115,23 @@ def _value_field(name: str, column: list[Any], known: pa.Schema | None, given: d
     return pa.field(name, pa.string())
 
 
-def _json_type(t: pa.DataType) -> pa.DataType:
-    """The type JSON values of a column are read as before the cast to the column's own type:
-    text for timestamps and dates (ISO strings), the type itself otherwise."""
-    if pa.types.is_timestamp(t) or pa.types.is_date(t):
-        return pa.string()
-    return t
+def _typed(values: list[Any], t: pa.DataType) -> pa.Array:
+    """JSON values as a column of type ``t``: read as what they are, then cast *safely* — a
+    ``2.5`` never becomes a ``long`` 2, it is refused. Timestamps without a zone are UTC."""
+    if all(v is None for v in values):
+        return pa.nulls(len(values), t)
+    array = pa.array(values)
+    if pa.types.is_timestamp(t) and pa.types.is_string(array.type):
+        try:
+            return array.cast(t)
+        except pa.ArrowInvalid:
+            return array.cast(pa.timestamp(t.unit)).cast(t)  # no zone in the text: UTC
+    return array.cast(t)
 
 
 def json_column(values: list[Any], t: pa.DataType) -> list[Any]:
     """Values for a ``string`` column that received objects or arrays: their JSON text."""
-    if not pa.types.is_string(t):
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
         return values
     return [v if v is None or isinstance(v, str) else json.dumps(v, separators=(",", ":")) for v in values]
 
@@ -198,7 +207,13 @@ def conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
             arrays.append(rows.column(f.name).cast(f.type))
         else:
             arrays.append(pa.nulls(rows.num_rows, f.type))
-    extra = [c for c in rows.column_names if c not in schema.names]
+    # Columns the table lacks (added by the write's schema merge) — but not one with no value
+    # yet, which :func:`evolve` leaves out.
+    extra = [
+        c
+        for c in rows.column_names
+        if c not in schema.names and not pa.types.is_null(rows.schema.field(c).type)
+    ]
     table = pa.Table.from_arrays(arrays, schema=pa.schema([f.with_nullable(True) for f in schema]))
     for c in extra:
         table = table.append_column(c, rows.column(c))

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import shutil
 import time
+import uuid
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -183,11 +185,19 @@ def _from_executors(
     schema = to_arrow_schema(df.schema, timezone="UTC")
     run_dir = os.path.join(staging, f"{plan.run}-{plan.batch:010d}")
     delays = backoff_delays(plan.policy.attempts, plan.policy.backoff, plan.policy.max_backoff)
-    while True:
+    for attempt in itertools.count():
         try:
+            if attempt:
+                # The last attempt's commit may have landed before its call failed (a lost reply).
+                done = guarded(where(spec), lake.committed, app)
+                if done is not None and done >= plan.batch:
+                    shutil.rmtree(run_dir, ignore_errors=True)
+                    return [PartResult(0)]
             df.write.mode("overwrite").partitionBy(*spec.partition_by).parquet(run_dir)
             files = _parquet_files(run_dir)
-            named = [_final_name(f, plan, i) for i, f in enumerate(files)]
+            # Each attempt's own names: a file a committed version lists is never written over.
+            nonce = uuid.uuid4().hex[:8]
+            named = [_final_name(f, plan, i, nonce) for i, f in enumerate(files)]
             for old, new in zip(files, named, strict=True):
                 if old != new:
                     os.replace(os.path.join(run_dir, old), os.path.join(run_dir, new))
@@ -209,6 +219,7 @@ def _from_executors(
                     )
                 ]
             time.sleep(delay)
+    raise AssertionError("unreachable")
 
 
 def _parquet_files(root: str) -> list[str]:
@@ -220,9 +231,9 @@ def _parquet_files(root: str) -> list[str]:
     return sorted(found)
 
 
-def _final_name(relative: str, plan: TaskPlan, index: int) -> str:
+def _final_name(relative: str, plan: TaskPlan, index: int, nonce: str) -> str:
     folder = os.path.dirname(relative)
-    name = f"part-{plan.run}-{plan.batch:010d}-p{index:04d}.parquet"
+    name = f"part-{plan.run}-{plan.batch:010d}-{nonce}-p{index:04d}.parquet"
     return os.path.join(folder, name) if folder else name
 
 
