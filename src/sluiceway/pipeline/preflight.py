@@ -34,7 +34,7 @@ CONNECT_TIMEOUT = 5.0
 
 
 # --- sinks -----------------------------------------------------------------------------------------
-def _writable_dir(path: str) -> None:
+def writable_dir(path: str) -> None:
     """``path`` is a directory we can write in, or can be created (its nearest existing parent is)."""
     p = Path(path).absolute()
     if p.exists():
@@ -48,10 +48,6 @@ def _writable_dir(path: str) -> None:
         raise DestinationUnreachable(f"cannot create {path}: {parent} is not a directory", permanent=True)
     if not os.access(parent, os.W_OK | os.X_OK):
         raise DestinationUnreachable(f"cannot create {path}: {parent}: permission denied", permanent=True)
-
-
-#: The name the table sinks use.
-writable_dir = _writable_dir
 
 
 def _lake_sink(sink: Any) -> None:
@@ -70,11 +66,11 @@ def _lake_sink(sink: Any) -> None:
 
 
 def _journal_sink(sink: JournalSinkSpec) -> None:
-    _writable_dir(sink.path)
+    writable_dir(sink.path)
 
 
 def _files_sink(sink: FilesSinkSpec) -> None:
-    _writable_dir(sink.path)
+    writable_dir(sink.path)
 
 
 def _database(dsn: str) -> None:

@@ -206,7 +206,6 @@ def write_parquet(df: Any, plan: TaskPlan, path: str) -> list[PartResult]:
     Retried whole with the sink's backoff; rows and offsets are read from the files' footers, so
     nothing but file names and footers reaches the driver. Returns one result per file.
     """
-    import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
     if plan.skip and "offset" in df.columns:
@@ -225,18 +224,26 @@ def write_parquet(df: Any, plan: TaskPlan, path: str) -> list[PartResult]:
     results = []
     files = sorted(f for f in os.listdir(run_dir) if f.endswith(".parquet"))
     for index, name in enumerate(files):
-        meta = pq.ParquetFile(os.path.join(run_dir, name)).metadata
-        rows, last = meta.num_rows, None
-        column = meta.schema.names.index("offset") if "offset" in meta.schema.names else None
-        for group in range(meta.num_row_groups) if column is not None else ():
-            stats = meta.row_group(group).column(column).statistics
-            if stats is not None and stats.has_min_max:
-                last = stats.max if last is None else max(last, stats.max)
+        results.append(file_result(index, os.path.join(run_dir, name)))
         final = f"part-{plan.run}-{plan.batch:010d}-p{index:04d}.parquet"
         os.replace(os.path.join(run_dir, name), os.path.join(path, final))
-        results.append(PartResult(index, rows=rows, todo=rows, written=rows, last_offset=last))
     shutil.rmtree(run_dir, ignore_errors=True)
     return results
+
+
+def file_result(index: int, path: str) -> PartResult:
+    """A Parquet file Spark wrote, as a part's result: its rows and its last offset, read from
+    the footer (the data itself never reaches the driver)."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    rows, last = meta.num_rows, None
+    column = meta.schema.names.index("offset") if "offset" in meta.schema.names else None
+    for group in range(meta.num_row_groups) if column is not None else ():
+        stats = meta.row_group(group).column(column).statistics
+        if stats is not None and stats.has_min_max:
+            last = stats.max if last is None else max(last, stats.max)
+    return PartResult(index, rows=rows, todo=rows, written=rows, last_offset=last)
 
 
 def commit_files(path: str, results: Sequence[PartResult]) -> int:

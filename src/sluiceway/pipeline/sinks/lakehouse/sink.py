@@ -86,12 +86,13 @@ def guarded(what: str, call: Any, *args: Any) -> Any:
         ) from None
 
 
-def native(spec: LakeSinkSpec, table: LakeTable) -> bool:
-    """Written as files from the executors (see the package docstring)?"""
+def native(spec: LakeSinkSpec, staging: str | None) -> bool:
+    """Written as files from the executors (see the package docstring)? ``staging``: the
+    table's :meth:`~LakeTable.staging_dir`."""
     return (
         spec.mode == "append"
         and spec.columns == "record"
-        and table.staging_dir() is not None
+        and staging is not None
         and (spec.type == "delta" or not spec.partition_by)
     )
 
@@ -147,16 +148,17 @@ def write_lake(df: Any, plan: TaskPlan, spec: LakeSinkSpec) -> list[PartResult]:
         done = guarded(where(spec), lake.committed, app)
     except DestinationUnreachable as exc:
         return [PartResult(0, error=str(exc))]
+    staging = lake.staging_dir()
     if done is not None and done >= plan.batch:
         log.info(
             "sink %s: batch %d is in the table already; its replay commits nothing", spec.name, plan.batch
         )
-        staging = lake.staging_dir()
         if staging is not None:  # what the attempt that died left behind
             shutil.rmtree(os.path.join(staging, f"{plan.run}-{plan.batch:010d}"), ignore_errors=True)
         return [PartResult(0)]
-    if native(spec, lake):
-        results = _from_executors(df, plan, spec, lake, app)
+    if native(spec, staging):
+        assert staging is not None
+        results = _from_executors(df, plan, spec, lake, app, staging)
     else:
         rows = prepare(df, spec.type, 1).mapInArrow(plan, RESULT_DDL).collect()
         results = results_of(rows)
@@ -170,16 +172,16 @@ def write_lake(df: Any, plan: TaskPlan, spec: LakeSinkSpec) -> list[PartResult]:
 
 
 def _from_executors(
-    df: Any, plan: TaskPlan, spec: LakeSinkSpec, lake: LakeTable, app: str
+    df: Any, plan: TaskPlan, spec: LakeSinkSpec, lake: LakeTable, app: str, staging: str
 ) -> list[PartResult]:
     """Spark's Parquet writer into the staging directory, then one commit adding the files."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    from sluiceway.pipeline.sinks.distributed import file_result
+
     if plan.skip and "offset" in df.columns:
         df = df.filter(~F.col("offset").isin(list(plan.skip)))
-    staging = lake.staging_dir()
-    assert staging is not None
     # The batch's columns with their types, partition columns included (Spark leaves those out
     # of the files: their values are in the directory names).
     schema = to_arrow_schema(df.schema, timezone="UTC")
@@ -201,7 +203,7 @@ def _from_executors(
             for old, new in zip(files, named, strict=True):
                 if old != new:
                     os.replace(os.path.join(run_dir, old), os.path.join(run_dir, new))
-            results = [_file_result(i, os.path.join(run_dir, f)) for i, f in enumerate(named)]
+            results = [file_result(i, os.path.join(run_dir, f)) for i, f in enumerate(named)]
             if named:
                 guarded(where(spec), lake.add_files, run_dir, named, schema, app, plan.batch)
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -235,17 +237,3 @@ def _final_name(relative: str, plan: TaskPlan, index: int, nonce: str) -> str:
     folder = os.path.dirname(relative)
     name = f"part-{plan.run}-{plan.batch:010d}-{nonce}-p{index:04d}.parquet"
     return os.path.join(folder, name) if folder else name
-
-
-def _file_result(index: int, path: str) -> PartResult:
-    import pyarrow.parquet as pq
-
-    meta = pq.ParquetFile(path).metadata
-    rows, last = meta.num_rows, None
-    names = meta.schema.names
-    column = names.index("offset") if "offset" in names else None
-    for group in range(meta.num_row_groups) if column is not None else ():
-        stats = meta.row_group(group).column(column).statistics
-        if stats is not None and stats.has_min_max:
-            last = stats.max if last is None else max(last, stats.max)
-    return PartResult(index, rows=rows, todo=rows, written=rows, last_offset=last)
