@@ -139,6 +139,7 @@ class Term:
         self._delivery_signal = threading.Event()
         self._purger_stop = False
         self._purge_outage = WarningThrottle(log, OUTAGE_REMINDER)  # the purge/reset thread's only
+        self._purge_abandoned = 0  # rows left marked as the term ended with the database away
         # Failed deliveries that fail alike (a full disk, a broker refusing every write): one line per
         # such trouble (a reminder a minute), not one per record and retry. The purge thread's only.
         self._delivery_outage = WarningThrottle(log, OUTAGE_REMINDER)
@@ -433,6 +434,8 @@ class Term:
                     if deliveries:
                         signal.set()
                 elif self._purger_stop:
+                    if self._purge_abandoned:
+                        log.info("%d rows in all stay marked for the next leader", self._purge_abandoned)
                     return
         except BaseException as exc:  # an invariant violation or a bug: stop the term loudly
             log.exception("purge/reset loop failed")
@@ -484,6 +487,11 @@ class Term:
         backoff = self.limits.io_error_backoff
         tries_after_stop = 0
         outage = self._purge_outage
+        if self._purge_abandoned:
+            # This term already gave up on the database as it ended: the later batches' rows stay
+            # marked too, without another round of retries or another line.
+            self._purge_abandoned += len(ids)
+            return False
         while True:
             try:
                 store.purge(ids)
@@ -502,6 +510,7 @@ class Term:
                         log.warning(
                             "giving up purging %d rows at shutdown: they stay for the next leader", len(ids)
                         )
+                        self._purge_abandoned = len(ids)
                         return False
                 time.sleep(backoff)
 

@@ -130,6 +130,20 @@ def test_purge_failures_hold_the_barrier_until_retried() -> None:
     assert store.calls["purge"] >= 6
 
 
+def test_a_term_ending_with_purges_failing_gives_up_once(caplog: pytest.LogCaptureFixture) -> None:
+    """The database goes for good mid-term: the term ends, the purge thread gives up once (one
+    line), and the deliveries still reported after that stay marked without more retries."""
+    store = MemoryOutboxStore()
+    load(store, 200, 20)
+    pub = FakePublisher()
+    store.fail_next("purge", applied=False, times=1_000_000)
+    with caplog.at_level("INFO", logger="sluiceway"):
+        run(store, pub, LIMITS, lambda: len(pub.log) >= 10)
+    gave_up = [r for r in caplog.records if r.getMessage().startswith("giving up purging")]
+    assert len(gave_up) == 1, [r.getMessage() for r in gave_up]
+    assert len(store.rows) == 200  # nothing purged, nothing lost: every row stays for the next leader
+
+
 def test_poison_record_goes_to_dead_letters_and_others_flow() -> None:
     store = MemoryOutboxStore()
     ids = load(store, 60, 3)
