@@ -40,10 +40,18 @@ def write_json(path: Path, data: Any, *, durable: bool = False) -> None:
     """Replace ``path`` with ``data`` as JSON, all at once (rename); ``durable``: fsync first."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    if durable:
-        fsync(tmp)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        if durable:
+            fsync(tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        # A failed write (a full disk) names no file: name the state file, and leave no half of it.
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
     if durable:
         fsync(path.parent)
 

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import subprocess
+import sys
 import time
 import uuid
 from collections import defaultdict
@@ -184,3 +185,56 @@ def test_a_feed_on_sqlite_on_a_full_disk_fails_claims_cleanly_and_loses_no_item(
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     print(f"\n{added} items, {refused} adds refused while full; warnings: {warnings}")
     assert len(warnings) <= 2, warnings
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("full", ["sink", "checkpoint"])
+def test_a_pipeline_whose_sink_or_checkpoint_fills_up_stops_in_one_line_and_resumes_exactly(
+    tmp_path: Path, small_fs: Path, full: str
+) -> None:
+    """A journal → Parquet pipeline (``--once``, as a user runs it) whose sink directory or whose
+    checkpoint is on the small file system, filled up after a batch or two: the run stops with a
+    non-zero exit and one line naming the place and the cause (no JVM trace), and once space is
+    back the next run writes every record exactly once."""
+    import pyarrow.dataset as ds
+
+    records = 3000
+    with Journal.open(tmp_path / "journal", fsync=False) as j, j.append() as tx:
+        for i in range(records):
+            tx.write(f"k{i % 50}", json.dumps({"n": i, "pad": "x" * 300}).encode(), namespace="orders")
+    lake = (small_fs if full == "sink" else tmp_path) / "lake"
+    checkpoints = (small_fs if full == "checkpoint" else tmp_path) / "checkpoints"
+    (tmp_path / "orders.yaml").write_text(
+        f"""pipeline:
+  name: orders
+  source: {{type: journal, path: {tmp_path / "journal"}, max_records_per_batch: 500}}
+  sinks: [{{name: lake, type: parquet, path: {lake}, retry: {{outage: 2s, backoff: 0.2s}}}}]
+  checkpoint: {checkpoints}
+"""
+    )
+    # Room for the first batch or two: a batch's file is ~40 kB, its checkpoint files a few kB.
+    fill(small_fs, leave=120_000 if full == "sink" else 40_000)
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "sluiceway.cli.main", "pipeline", "run", "orders.yaml", "--once",
+             "--master", "local[1]"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+
+    first = run()
+    assert first.returncode != 0, first.stderr[-3000:]
+    assert "Traceback" not in first.stderr and "\tat " not in first.stderr, first.stderr[-5000:]
+    last = first.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and os.strerror(28) in last and str(small_fs) in last, first.stderr
+    problems = [line for line in first.stderr.splitlines() if " sluiceway." in line and "INFO" not in line]
+    assert len(problems) <= 2, problems  # the outage's one warning (a sink waits for it), the stop
+
+    (small_fs / "ballast").unlink()
+    second = run()
+    assert second.returncode == 0, second.stderr[-5000:]
+    table = ds.dataset(str(lake), format="parquet").to_table(columns=["offset"])
+    offsets = sorted(table.column("offset").to_pylist())
+    print(f"\n{full} full: {last}")
+    assert offsets == list(range(records)), "every record exactly once"

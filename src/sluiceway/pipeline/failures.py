@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sluiceway.outage import OUTAGE_REMINDER, WarningThrottle
 from sluiceway.pipeline.errors import DestinationUnreachable
 
 log = logging.getLogger("sluiceway.pipeline.failures")
@@ -74,7 +75,7 @@ def _try(
             action()
             return None
         except DestinationUnreachable:
-            raise  # not this write's fault: no retry of it, no replay (see ``_reaching``)
+            raise  # not this write's fault: no retry of it, no replay (see ``reaching``)
         except Exception as exc:  # any failure of a sink is retried; the text is kept for the report
             error = f"{type(exc).__name__}: {exc}"
             log.warning("%s failed (attempt %d/%d): %s", what, attempt + 1, attempts, error)
@@ -104,7 +105,7 @@ def deliver(
     ``progress(written)`` is called as the written prefix grows during a replay (so a crash or a
     stop mid-replay resumes after the last good record). ``dead_letter(position, error)`` takes a
     record that failed ``record_attempts`` times; if it raises, the replay stops there.
-    A :class:`DestinationUnreachable` is no record's fault: waited out (``_reaching``), and if it
+    A :class:`DestinationUnreachable` is no record's fault: waited out (``reaching``), and if it
     persists the outcome says so in ``unreachable``, with the records written before it.
     """
     if n == 0:
@@ -113,7 +114,7 @@ def deliver(
     try:
         return _deliver(
             n,
-            _reaching(write, policy, sleep, clock, what),
+            reaching(write, policy, sleep, clock, what),
             policy,
             outcome,
             dead_letter,
@@ -126,7 +127,7 @@ def deliver(
         return outcome
 
 
-def _reaching(
+def reaching(
     write: Callable[[int, int], None],
     policy: RetryPolicy,
     sleep: Callable[[float], None],
@@ -134,34 +135,30 @@ def _reaching(
     what: str,
 ) -> Callable[[int, int], None]:
     """``write``, waiting out an unreachable destination: tried again with backoff for up to
-    ``policy.outage`` seconds (a warning every ``_WARN_EVERY`` s), then the error is raised. A
+    ``policy.outage`` seconds (one warning, a reminder a minute), then the error is raised. A
     permanent one (a missing database, a refused login) is raised at once."""
 
     def attempt(lo: int, hi: int) -> None:
         since: float | None = None
-        warned = -_WARN_EVERY
+        # One line when the outage starts (a reminder a minute while it lasts), one when it ends.
+        outage = WarningThrottle(log, OUTAGE_REMINDER, clock=clock)
         delay = policy.backoff
         while True:
             try:
                 write(lo, hi)
                 if since is not None:
-                    log.info("%s: destination reachable again after %.1f s", what, clock() - since)
+                    outage.resolved("%s: destination reachable again after %.1f s", what, clock() - since)
                 return
             except DestinationUnreachable as exc:
                 now = clock()
                 since = now if since is None else since
                 if exc.permanent or now - since >= policy.outage:
                     raise
-                if now - warned >= _WARN_EVERY:
-                    warned = now
-                    log.warning("%s: %s (retrying for up to %g s)", what, exc, policy.outage)
+                outage.warn("%s: %s (retrying for up to %g s)", what, exc, policy.outage)
                 sleep(min(delay, policy.max_backoff, max(0.0, since + policy.outage - now)))
                 delay = max(delay * 2, 0.01)
 
     return attempt
-
-
-_WARN_EVERY = 10.0
 
 
 def _deliver(

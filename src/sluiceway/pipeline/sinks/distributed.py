@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any, get_args
 
 import pyarrow as pa
 
-from sluiceway.pipeline.failures import RetryPolicy, backoff_delays
+from sluiceway.pipeline.errors import DestinationUnreachable, file_system_fault
+from sluiceway.pipeline.failures import RetryPolicy, backoff_delays, reaching
 from sluiceway.pipeline.sinks.base import make_writer
 from sluiceway.pipeline.sinks.part import PartResult, write_part
 from sluiceway.pipeline.spec import FilesSinkSpec
@@ -211,11 +212,26 @@ def write_parquet(df: Any, plan: TaskPlan, path: str) -> list[PartResult]:
     if plan.skip and "offset" in df.columns:
         df = df.filter(~F.col("offset").isin(list(plan.skip)))
     run_dir = os.path.join(path, ".staging", f"{plan.run}-{plan.batch:010d}")
+
+    def spark_write(lo: int, hi: int) -> None:
+        try:
+            df.write.mode("overwrite").parquet(run_dir)
+        except Exception as exc:
+            # A full disk, a directory Spark may not write to: waited out for ``retry.outage``
+            # (a full disk) or stopped at once, in one line naming the place, not a JVM trace.
+            fault = file_system_fault(exc, run_dir)
+            if fault is None:
+                raise
+            raise fault from exc
+
+    write = reaching(spark_write, plan.policy, time.sleep, time.monotonic, f"sink {plan.sink.name}")
     delays = backoff_delays(plan.policy.attempts, plan.policy.backoff, plan.policy.max_backoff)
     for _ in range(plan.policy.attempts):
         try:
-            df.write.mode("overwrite").parquet(run_dir)
+            write(0, 1)
             break
+        except DestinationUnreachable as exc:
+            return [PartResult(0, error=str(exc))]
         except Exception as exc:  # retried whole; the last error stops the sink at the batch's start
             delay = next(delays, None)
             if delay is None:
