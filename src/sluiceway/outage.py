@@ -16,6 +16,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 #: Seconds between two warnings about the same trouble (the first one is logged at once).
 WARN_INTERVAL = 10.0
@@ -87,3 +90,51 @@ class WarningThrottle:
             self.logger.info(msg + " (%d more warnings held back since the last one)", *args, held)
         else:
             self.logger.info(msg, *args)
+
+
+def ride_out(
+    call: Callable[[], T],
+    *,
+    what: str,
+    errors: tuple[type[BaseException], ...],
+    limit: float,
+    throttle: WarningThrottle,
+    backoff: float = 0.1,
+    max_backoff: float = 2.0,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> T:
+    """``call()``, with an outage waited out: on one of ``errors`` it is called again with
+    backoff for up to ``limit`` seconds, then the error is raised. One warning when the outage
+    starts (``throttle``'s reminders while it lasts), one line when it ends. For calls that are
+    safe to repeat, whether or not the failed attempt took effect.
+
+    >>> now = [0.0]
+    >>> tries = iter([ConnectionError("down"), ConnectionError("down"), None])
+    >>> def call():
+    ...     error = next(tries)
+    ...     if error:
+    ...         raise error
+    ...     return "ok"
+    >>> throttle = WarningThrottle(logging.getLogger("doctest"), clock=lambda: now[0])
+    >>> ride_out(call, what="x", errors=(ConnectionError,), limit=60, throttle=throttle,
+    ...          sleep=lambda s: now.__setitem__(0, now[0] + s), clock=lambda: now[0])
+    'ok'
+    """
+    since: float | None = None
+    delay = backoff
+    while True:
+        try:
+            result = call()
+        except errors as exc:
+            now = clock()
+            since = now if since is None else since
+            if now - since >= limit:
+                raise
+            throttle.warn("%s: %s (retrying for up to %gs)", what, exc, limit)
+            sleep(min(delay, max(0.0, since + limit - now)))
+            delay = min(delay * 2, max_backoff)
+            continue
+        if since is not None:
+            throttle.resolved("%s: reachable again after %.1fs", what, clock() - since)
+        return result

@@ -36,15 +36,16 @@ from __future__ import annotations
 import logging
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
 from sluiceway.db import Database, Dialect, QuerySet
 from sluiceway.db.identifiers import bare_name, check_identifier
-from sluiceway.errors import LeadershipError
+from sluiceway.errors import DatabaseUnavailableError, LeadershipError
+from sluiceway.outage import OUTAGE_REMINDER, WarningThrottle, ride_out
 from sluiceway.outbox.table import OutboxLayout, decode_rows, discover
 from sluiceway.pipeline.record import RECORD_SCHEMA
 from sluiceway.pipeline.sources.common import (
@@ -63,8 +64,11 @@ from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailab
 log = logging.getLogger("sluiceway.pipeline.outbox")
 
 NAME = "sluice-outbox"
+#: Seconds a database outage (a restart, a failover) is waited out before the query stops.
+OUTAGE = 60.0
 _ALL = 2**31 - 1
 _ROWS_PER_BATCH = 10_000
+T = TypeVar("T")
 
 
 def lease_name(table: str) -> str:
@@ -252,18 +256,32 @@ class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._state: OutboxState | None = None
         self._lease: Any = None
 
+        self.outage = float_option(options, "outage", OUTAGE)
+        self._throttle: WarningThrottle | None = None
+
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_state"] = None
         state["_lease"] = None
+        state["_throttle"] = None
         return state
 
     @property
     def state(self) -> OutboxState:
         if self._state is None:
-            self._state = OutboxState(self.dsn, self.table, lease_table=self.lease_table)
-            self._state.init()
+            state = OutboxState(self.dsn, self.table, lease_table=self.lease_table)
+            state.init()
+            self._state = state
         return self._state
+
+    def _riding(self, call: Callable[[], T]) -> T:
+        """``call`` with a database outage waited out (a restart): every step of the source is
+        safe to run again — a claim that committed unseen is found as a replay, a commit repeats."""
+        if self._throttle is None:
+            self._throttle = WarningThrottle(log, OUTAGE_REMINDER)
+        return ride_out(
+            call, what=NAME, errors=(DatabaseUnavailableError,), limit=self.outage, throttle=self._throttle
+        )
 
     def _leader(self) -> Any:
         """The lease, once held; waits up to ``leaseTimeout`` for it."""
@@ -282,15 +300,18 @@ class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._lease
 
     def initialOffset(self) -> dict[str, int]:
-        return {"batch": self.state.cursor()}
+        return self._riding(lambda: {"batch": self.state.cursor()})
 
     def getDefaultReadLimit(self) -> Any:
         return ReadMaxRows(self.max_rows)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self.target = self.state.max_id()
+        self.target = self._riding(lambda: self.state.max_id())
 
     def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:
+        return self._riding(lambda: self._latest(start, limit))
+
+    def _latest(self, start: dict[str, int], limit: Any) -> dict[str, int]:
         begin = int(start["batch"])
         state = self.state
         replay = state.next_claimed(begin)
@@ -326,16 +347,19 @@ class OutboxStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ]
 
     def read(self, partition: OutboxPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        state = OutboxState(partition.dsn, partition.table, lease_table=partition.lease_table)
-        try:
-            rows = state.rows(partition.lo, partition.hi, partition.bucket)
-            for i in range(0, len(rows), _ROWS_PER_BATCH):
-                yield rows_to_arrow(rows[i : i + _ROWS_PER_BATCH], state.layout)
-        finally:
-            state.close()
+        def fetch() -> tuple[list[tuple[Any, ...]], OutboxLayout]:
+            state = OutboxState(partition.dsn, partition.table, lease_table=partition.lease_table)
+            try:
+                return state.rows(partition.lo, partition.hi, partition.bucket), state.layout
+            finally:
+                state.close()
+
+        rows, layout = self._riding(fetch)
+        for i in range(0, len(rows), _ROWS_PER_BATCH):
+            yield rows_to_arrow(rows[i : i + _ROWS_PER_BATCH], layout)
 
     def commit(self, end: dict[str, int]) -> None:
-        self.state.commit(int(end["batch"]))
+        self._riding(lambda: self.state.commit(int(end["batch"])))
 
     def stop(self) -> None:
         if self._lease is not None:
