@@ -5,6 +5,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# Two workers (the machine's cores): a module's tests stay together, process-heavy modules in one
+# group (tests/conftest.py). TEST_WORKERS=0 runs everything in this process.
+TEST_WORKERS ?= 2
 FUZZ_SECONDS ?= 60
 
 .PHONY: install services demo test check lint types imports unit bench fuzz clean
@@ -34,7 +37,7 @@ imports: install
 	$(BIN)/lint-imports
 
 test: install services lint types imports
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 check: test
 

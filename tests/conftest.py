@@ -249,3 +249,31 @@ def place(request: pytest.FixtureRequest) -> Iterator[Any]:
         yield created
     finally:
         created.cleanup()
+
+
+# --- Running in parallel (pytest-xdist, `make test`) ----------------------------------------
+#: Modules whose tests start whole pipelines as processes (a JVM each, Spark's Python workers,
+#: kill -9s): one such test at a time, on one worker, so two never share the two cores.
+PROCESS_HEAVY = frozenset(
+    {
+        "tests/chaos/test_cdc_chaos.py",
+        "tests/chaos/test_lakehouse_chaos.py",
+        "tests/chaos/test_pipeline_chaos.py",
+        "tests/chaos/test_pipeline_db_restart.py",
+        "tests/chaos/test_full_disk.py",
+        "tests/integration/pipeline/test_declarative.py",
+        "tests/integration/pipeline/test_scale_out.py",
+        "tests/integration/test_soak.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup`` a module's tests stay on one worker (its module fixtures, such as
+    a private server, start once), and the process-heavy modules share one group."""
+    root = Path(str(config.rootpath))
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        module = Path(str(item.path)).relative_to(root).as_posix()
+        item.add_marker(pytest.mark.xdist_group("process-heavy" if module in PROCESS_HEAVY else module))

@@ -29,7 +29,7 @@ from tests.support.cdc import (
 )
 from tests.support.pipeline import kill9, start_pipeline, write_spec
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(600)]
 
 ORDERS = 24_000
 

@@ -21,7 +21,7 @@ from tests.support.lake import delta_log, read_delta, read_iceberg
 from tests.support.pipeline import kill9, write_spec
 from tests.support.pipeline import start_pipeline as start
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def spark_batches(checkpoint: Path) -> int:
