@@ -10,7 +10,6 @@ given as styles (:func:`styled`), never spelled in the text.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import sys
 from collections.abc import Callable
@@ -20,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from sluiceway import logs
 from sluiceway.errors import SluicewayError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -71,25 +71,5 @@ def friendly_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        payload = {
-            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        if record.exc_info:
-            payload["exc"] = self.formatException(record.exc_info)
-        return json.dumps(payload)
-
-
 def setup_logging(level: int | str = logging.INFO, fmt: str = "text") -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(_JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
+    logs.setup(level, fmt)
