@@ -189,32 +189,39 @@ def test_a_feed_on_sqlite_on_a_full_disk_fails_claims_cleanly_and_loses_no_item(
 
 @pytest.mark.spark
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("full", ["sink", "checkpoint"])
-def test_a_pipeline_whose_sink_or_checkpoint_fills_up_stops_in_one_line_and_resumes_exactly(
+@pytest.mark.parametrize("full", ["sink", "checkpoint", "spill"])
+def test_a_pipeline_whose_sink_checkpoint_or_spill_fills_up_stops_in_one_line_and_resumes_exactly(
     tmp_path: Path, small_fs: Path, full: str
 ) -> None:
     """A journal → Parquet pipeline (``--once``, as a user runs it) whose sink directory or whose
-    checkpoint is on the small file system, filled up after a batch or two: the run stops with a
-    non-zero exit and one line naming the place and the cause (no JVM trace), and once space is
-    back the next run writes every record exactly once."""
+    checkpoint is on the small file system, or a journal → journal one whose Spark local directory
+    (shuffle and spill files) is, filled up after a batch or two: the run stops with a non-zero
+    exit and one line naming the place and the cause (no JVM trace), and once space is back the
+    next run writes every record exactly once."""
     import pyarrow.dataset as ds
 
     records = 3000
     with Journal.open(tmp_path / "journal", fsync=False) as j, j.append() as tx:
         for i in range(records):
-            tx.write(f"k{i % 50}", json.dumps({"n": i, "pad": "x" * 300}).encode(), namespace="orders")
-    lake = (small_fs if full == "sink" else tmp_path) / "lake"
+            value = json.dumps({"n": i, "pad": os.urandom(150).hex()}).encode()
+            tx.write(f"k{i % 50}", value, namespace="orders")
+    out = (small_fs if full == "sink" else tmp_path) / "out"
     checkpoints = (small_fs if full == "checkpoint" else tmp_path) / "checkpoints"
+    sink = f"{{name: out, type: parquet, path: {out}, retry: {{outage: 2s, backoff: 0.2s}}}}"
+    spark = ""
+    if full == "spill":
+        sink = f"{{name: out, type: journal, path: {out}}}"
+        spark = f"\n  spark: {{spark.local.dir: {small_fs}}}"
     (tmp_path / "orders.yaml").write_text(
         f"""pipeline:
   name: orders
   source: {{type: journal, path: {tmp_path / "journal"}, max_records_per_batch: 500}}
-  sinks: [{{name: lake, type: parquet, path: {lake}, retry: {{outage: 2s, backoff: 0.2s}}}}]
-  checkpoint: {checkpoints}
+  sinks: [{sink}]
+  checkpoint: {checkpoints}{spark}
 """
     )
-    # Room for the first batch or two: a batch's file is ~40 kB, its checkpoint files a few kB.
-    fill(small_fs, leave=120_000 if full == "sink" else 40_000)
+    # Room for the first batch or two: a batch's file is ~170 kB, its checkpoint files a few kB.
+    fill(small_fs, leave={"sink": 400_000, "checkpoint": 40_000, "spill": 20_000}[full])
 
     def run() -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -234,7 +241,12 @@ def test_a_pipeline_whose_sink_or_checkpoint_fills_up_stops_in_one_line_and_resu
     (small_fs / "ballast").unlink()
     second = run()
     assert second.returncode == 0, second.stderr[-5000:]
-    table = ds.dataset(str(lake), format="parquet").to_table(columns=["offset"])
-    offsets = sorted(table.column("offset").to_pylist())
+    if full == "spill":
+        with Journal.open(out, read_only=True) as copy:
+            values = [r.value for r in copy.read()]
+    else:
+        values = (
+            ds.dataset(str(out), format="parquet").to_table(columns=["value"]).column("value").to_pylist()
+        )
     print(f"\n{full} full: {last}")
-    assert offsets == list(range(records)), "every record exactly once"
+    assert sorted(json.loads(v)["n"] for v in values) == list(range(records)), "every record exactly once"

@@ -20,13 +20,14 @@ Connect.
 from __future__ import annotations
 
 import logging
+import tempfile
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from sluiceway.pipeline.errors import PipelineError, SinkFailed, StepPaused
+from sluiceway.pipeline.errors import PipelineError, SinkFailed, StepPaused, file_system_fault
 from sluiceway.pipeline.failures import RetryPolicy
 from sluiceway.pipeline.sinks.base import SinkWriter, make_writer
 from sluiceway.pipeline.sinks.distributed import (
@@ -136,11 +137,30 @@ class BatchHandler:
             results = write_parquet(df, plan, sink.path)
         else:
             parallelism = sink.parallelism or default_parallelism(df, sink.type)
-            rows = prepare(df, sink.type, parallelism).mapInArrow(plan, RESULT_DDL).collect()
+            try:
+                rows = prepare(df, sink.type, parallelism).mapInArrow(plan, RESULT_DDL).collect()
+            except Exception as exc:
+                fault = self._spill_fault(df, exc, batch_id)
+                if fault is None:
+                    raise
+                raise fault from exc
             results = results_of(rows)
             if isinstance(sink, FilesSinkSpec):  # the kinds FILE_SINKS names
                 commit_files(sink.path, results)
         return self._record(batch_id, results)
+
+    def _spill_fault(self, df: Any, exc: Exception, batch_id: int) -> SinkFailed | None:
+        """A batch's shuffle or spill files that do not fit Spark's local directory (a full disk):
+        one line naming it, not the JVM's trace. The sink's own writes report their faults as
+        parts; what escapes the job is Spark's."""
+        try:
+            local = df.sparkSession.conf.get("spark.local.dir", None) or tempfile.gettempdir()
+        except Exception:  # a session that cannot say: the JVM's default
+            local = tempfile.gettempdir()
+        fault = file_system_fault(exc, f"Spark's local directory {local} (spark.local.dir)")
+        if fault is None:
+            return None
+        return SinkFailed(self.name, None, fault.problem, batch_id=batch_id)
 
     def write_here(self, table: pa.Table, batch_id: int, *, sleep: Any = None) -> BatchSummary:
         """The same batch step with the whole batch written here as one part, by this handler's
