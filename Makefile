@@ -37,7 +37,7 @@ imports: install
 	$(BIN)/lint-imports
 
 test: install services lint types imports
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 check: test
 

@@ -268,12 +268,15 @@ PROCESS_HEAVY = frozenset(
 )
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup`` a module's tests stay on one worker (its module fixtures, such as
-    a private server, start once), and the process-heavy modules share one group."""
-    root = Path(str(config.rootpath))
-    for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        module = Path(str(item.path)).relative_to(root).as_posix()
-        item.add_marker(pytest.mark.xdist_group("process-heavy" if module in PROCESS_HEAVY else module))
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, except that the process-heavy modules are one unit of work. (xdist's
+    own ``loadgroup`` marks do not survive pytest 9's node ids, hence a scheduler.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "process-heavy" if module in PROCESS_HEAVY else module
+
+    return ByModule(config, log)
