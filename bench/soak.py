@@ -431,6 +431,9 @@ def soak(args: argparse.Namespace) -> int:
             "mb_per_10min": round(slope([(t, v[0]) for t, v in series]), 2),
             "fds": [min(v[1] for _, v in series), max(v[1] for _, v in series)],
             "threads": [min(v[2] for _, v in series), max(v[2] for _, v in series)],
+            # Every sample after the warm-up: minute, RSS MB, fds, threads (to see steps, not
+            # only a slope: a JVM's heap grows in steps as it expands towards its maximum).
+            "samples": [[round(t / 60, 1), round(v[0], 1), v[1], v[2]] for t, v in series],
         }
         s = slopes[role]
         rows.append(
