@@ -16,7 +16,7 @@ from typing import Any
 
 from sluiceway.db import Database, Dialect, QuerySet, check_identifier, quote_identifier
 from sluiceway.db.identifiers import derived_name
-from sluiceway.errors import ConfigError, InvariantViolation
+from sluiceway.errors import ConfigError, DeadlockError, InvariantViolation
 from sluiceway.feed.balance import Census, FreePartition
 from sluiceway.feed.core import Claimed, Decision, GateSummary, Outcome, OutcomeKind
 from sluiceway.feed.model import (
@@ -449,16 +449,22 @@ class FeedStore:
             params["pairs"] = json.dumps([list(p) for p in pairs])
         else:
             # Lock what is still free (id order, SKIP LOCKED), then take exactly those rows.
-            with self.db.transaction():
-                locked = self.db.fetchall(
-                    self.q["acquire_lock"],
-                    {"pairs": tuple((int(p[0]), int(p[1])) for p in pairs)},
-                    what="feed acquire",
-                )
-                if not locked:
-                    return []
-                params["ids"] = tuple(int(r[0]) for r in locked)
-                self.db.execute(self.q["acquire"], params, what="feed acquire")
+            try:
+                with self.db.transaction():
+                    locked = self.db.fetchall(
+                        self.q["acquire_lock"],
+                        {"pairs": tuple((int(p[0]), int(p[1])) for p in pairs)},
+                        what="feed acquire",
+                    )
+                    if not locked:
+                        return []
+                    params["ids"] = tuple(int(r[0]) for r in locked)
+                    self.db.execute(self.q["acquire"], params, what="feed acquire")
+            except DeadlockError:
+                # InnoDB may still choose a take as a deadlock's victim (the update's secondary
+                # index locks, beside another take's scan): it was rolled back whole, so nothing
+                # is taken this time — as with a row another worker has locked.
+                return []
             return self.held(owner, list(params["ids"]))
         if self.db.execute(self.q["acquire"], params, what="feed acquire") == 0:
             return []

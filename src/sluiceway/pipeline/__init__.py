@@ -11,7 +11,7 @@ feed, NATS JetStream, RabbitMQ, Redis. The data sources (``sluice-journal``, ``s
 too, after ``register_sources(spark)``. See ``docs/pipeline.md``.
 """
 
-from sluiceway import logs
+from sluiceway.logs import adopt as _adopt_log_format
 from sluiceway.pipeline.errors import PipelineError, SinkFailed, SourceError, SpecError, StepPaused
 from sluiceway.pipeline.failures import RetryPolicy, deliver
 from sluiceway.pipeline.operator import SinkStatus, inspect, read_checkpoint, skip, status
@@ -21,7 +21,7 @@ from sluiceway.pipeline.session import build_session
 from sluiceway.pipeline.spec import PipelineSpec, SpecBuilder
 
 # In a Spark Python worker (a source's reader, a sink's task) warnings take the CLI's format.
-logs.adopt()
+_adopt_log_format()
 
 __all__ = [
     "RECORD_DDL",
