@@ -59,7 +59,7 @@ PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 # -- the parts, as processes -------------------------------------------------------------------
-def write_configs(work: Path, dsn: str, trigger: str) -> tuple[Path, Path]:
+def write_configs(work: Path, dsn: str, trigger: str, driver_memory: str | None) -> tuple[Path, Path]:
     reaper = work / "reaper.yaml"
     reaper.write_text(
         yaml.safe_dump(
@@ -86,6 +86,7 @@ def write_configs(work: Path, dsn: str, trigger: str) -> tuple[Path, Path]:
                     ],
                     "checkpoint": str(work / "checkpoints"),
                     "trigger": {"interval": trigger},
+                    **({"spark": {"spark.driver.memory": driver_memory}} if driver_memory else {}),
                 }
             }
         )
@@ -342,7 +343,7 @@ def soak(args: argparse.Namespace) -> int:
         with Database(dsn) as db:
             init_outbox(db)
         Feed(dsn).close()  # the feed's tables
-        reaper, spec = write_configs(work, dsn, args.trigger)
+        reaper, spec = write_configs(work, dsn, args.trigger, args.driver_memory)
         Journal.open(work / "journal").close()  # the pipeline's source must exist before it starts
         procs: dict[str, subprocess.Popen[bytes]] = {}
         producer = Producer(dsn, args.rate, args.feed_rate, args.keys)
@@ -473,6 +474,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=None, help="minutes (default: a sixth of the run)")
     parser.add_argument("--trigger", default="2s", help="the pipeline's micro-batch interval")
     parser.add_argument("--drain-timeout", type=float, default=300.0)
+    parser.add_argument("--driver-memory", help="the pipeline's spark.driver.memory (its JVM's heap)")
     return soak(parser.parse_args())
 
 
