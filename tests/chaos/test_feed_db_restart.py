@@ -21,7 +21,6 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 
 import pytest
 
@@ -35,15 +34,6 @@ WORKERS = 3
 ITEMS = 6  # per partition, at gate 0; every third moves on to gate 1
 LEASE = 3.0
 DOWN = 2.0  # seconds the server stays stopped in the second outage
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[PrivatePostgres]:
-    pg = PrivatePostgres({"fsync": "off"}).start()
-    try:
-        yield pg
-    finally:
-        pg.stop()
 
 
 class Runs:

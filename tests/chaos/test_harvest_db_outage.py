@@ -4,7 +4,6 @@ restarted: other work uses it)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -18,15 +17,6 @@ from tests.support.order import check_per_key_order, read_topic
 from tests.support.outbox import outbox_count, prepare_outbox
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka, pytest.mark.timeout(300)]
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[PrivatePostgres]:
-    pg = PrivatePostgres({"fsync": "off"}).start()
-    try:
-        yield pg
-    finally:
-        pg.stop()
 
 
 def test_postgres_restart_mid_run(server: PrivatePostgres, kafka: Broker, topic: str, tmp_path: Path) -> None:

@@ -19,7 +19,6 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -40,15 +39,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 KEYS = 20
 LEASE = 2.0  # the harvester fences itself 1.6 s into an outage (safety 0.8)
 DOWN = 3.0  # the second outage: longer than the lease
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[PrivatePostgres]:
-    pg = PrivatePostgres({"fsync": "off"}).start()
-    try:
-        yield pg
-    finally:
-        pg.stop()
 
 
 class Producer(threading.Thread):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -31,15 +30,6 @@ from tests.support.pipeline import start_pipeline, write_spec
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(420)]
 
 ROWS = 6000
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[PrivatePostgres]:
-    pg = PrivatePostgres({"fsync": "off"}).start()
-    try:
-        yield pg
-    finally:
-        pg.stop()
 
 
 def count(dsn: str, sql: str) -> int:
