@@ -1,13 +1,15 @@
-"""A continuous pipeline whose source and sink are both on PostgreSQL — the outbox source into the
-postgres sink — while the server restarts twice under it: ``pg_ctl restart -m fast`` (a fraction
-of a second), then stopped for 3 s. On a private server (the shared one is never restarted).
+"""Continuous pipelines on PostgreSQL while the server restarts twice under them: ``pg_ctl
+restart -m fast`` (a fraction of a second), then stopped for 3 s. On the module's own server
+(the shared one is never restarted). Two pipelines: the outbox source into the postgres sink
+(both on the server), and a journal source into the postgres sink (only the sink meets the
+outages, while batches keep coming).
 
 What must hold (issue 27):
 
 * the pipeline lives on: it waits the outages out, reconnects, and drains the outbox (all but
   the last batch, which the next batch's commit purges);
-* nothing lost: every outbox row reaches the sink table (keyed on the record's offset, the outbox
-  id, so a batch the source hands out again after an outage is written over, not doubled);
+* nothing lost: every record reaches the sink table (keyed on the record's offset, so a batch
+  written again after an outage is written over, not doubled);
 * the outages are logged as outages: a few lines each, not one per retry.
 """
 
@@ -98,3 +100,59 @@ def test_outbox_into_postgres_rides_through_two_restarts(server: PrivatePostgres
     lines = [line for line in text.splitlines() if said.search(line) and not line.startswith("\t")]
     print(f"\n{len(rows)} rows; outage lines:\n" + "\n".join(lines))
     assert 2 <= len(lines) <= 8, lines  # the outages were seen, and said once, not once per retry
+
+
+def test_a_postgres_sink_rides_through_two_restarts(server: PrivatePostgres, tmp_path: Path) -> None:
+    """The sink alone meets the outages: a journal source keeps handing out batches while the
+    server the postgres sink writes to restarts twice. The sink waits each outage out (one warning
+    each) and every record lands once (keyed on the offset, a batch written again is written over)."""
+    from sluiceway.journal import Journal
+
+    records = 8000
+    with Journal.open(tmp_path / "journal", fsync=False) as j, j.append() as tx:
+        for n in range(records):
+            tx.write(f"k{n % 40}", json.dumps({"n": n}).encode(), namespace="orders")
+    dsn = server.dsn()
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "name": "sink-restart",
+            "source": {"type": "journal", "path": str(tmp_path / "journal"), "max_records_per_batch": 100},
+            "sinks": [
+                {
+                    "name": "db",
+                    "type": "postgres",
+                    "dsn": dsn,
+                    "table": "landed",
+                    "key": "offset",
+                    "retry": {"backoff": "0.2s", "max_backoff": "1s", "outage": "60s"},
+                }
+            ],
+            "checkpoint": str(tmp_path / "cp"),
+            "trigger": {"interval": "100ms"},
+        },
+    )
+    log = tmp_path / "run.log"
+    proc = start_pipeline(spec, log=log)
+    landed = "SELECT count(*) FROM landed"
+    try:
+        wait_until(lambda: count(dsn, landed) >= 500, timeout=180, message="the pipeline to get going")
+        server.restart("fast")
+        wait_until(lambda: count(dsn, landed) >= 2500, timeout=120, message="progress after a restart")
+        server.restart("fast", down=3.0)
+        wait_until(lambda: count(dsn, landed) == records, timeout=180, message="every record landed")
+        assert proc.poll() is None, log.read_text()[-4000:]
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    with Database(dsn) as db:
+        values = sorted(json.loads(v)["n"] for (v,) in db.fetchall("SELECT value FROM landed"))
+    assert values == list(range(records)), "every record once in the sink"
+    text = log.read_text()
+    assert "Traceback" not in text, text[-4000:]
+    said = re.compile(r"AdminShutdown|terminating connection|refused|unreachable|reachable again")
+    lines = [line for line in text.splitlines() if said.search(line) and not line.startswith("\t")]
+    print(f"\n{len(values)} rows; outage lines:\n" + "\n".join(lines))
+    assert any("unreachable" in line for line in lines), "the sink met an outage"
+    assert len(lines) <= 6, lines  # per outage: one warning, one line when it is over
