@@ -282,7 +282,8 @@ def worker(
         from sluiceway.feed.metrics import FeedMetrics
         from sluiceway.metrics import serve_metrics
 
-        endpoint = serve_metrics(FeedMetrics(w, prefix).registry, metrics_addr)
+        metrics = FeedMetrics(w, prefix, dsn=dsn)
+        endpoint = serve_metrics(metrics.registry, metrics_addr)
         logging.getLogger("sluiceway.feed").info(
             "metrics on http://%s:%d/metrics", endpoint.host, endpoint.port
         )
@@ -298,6 +299,7 @@ def worker(
         w.close()
         if endpoint is not None:
             endpoint.close()
+            metrics.close()
     s = w.stats
     console.print(
         f"worker {s.owner} stopped: {s.processed} processed, {s.completed} completed, "

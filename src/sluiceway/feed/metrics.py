@@ -7,10 +7,22 @@ worker's hot path and cannot drift from ``stats``.
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
+from sluiceway.errors import SluicewayError
+from sluiceway.feed.model import ScheduledWork
+from sluiceway.feed.store import FeedStore
 from sluiceway.feed.worker import FeedWorker
+
+log = logging.getLogger("sluiceway.feed")
+
+#: Seconds a reading of the feed's scheduled work serves scrapes before it is read again.
+SCHEDULED_EVERY = 15.0
 
 #: ``sluice_feed_items_total{outcome}``: what became of the items this worker processed.
 ITEM_OUTCOMES = ("completed", "moved", "retried", "deferred", "failed", "requeued", "lost")
@@ -31,13 +43,48 @@ class FeedMetrics:
     >>> endpoint = serve_metrics(metrics.registry, "127.0.0.1:9465")
     """
 
-    def __init__(self, worker: FeedWorker, feed: str) -> None:
+    def __init__(
+        self, worker: FeedWorker, feed: str, *, dsn: str | None = None, every: float = SCHEDULED_EVERY
+    ) -> None:
         from prometheus_client import CollectorRegistry
 
         self.worker = worker
         self.feed = feed
+        #: With ``dsn``: the feed's scheduled work too, read on a connection of its own (one
+        #: small indexed query) at most every ``every`` seconds, whoever scrapes.
+        self._dsn, self._every = dsn, every
+        self._lock = threading.Lock()
+        self._store: FeedStore | None = None
+        self._read_at = float("-inf")
+        self._scheduled: ScheduledWork | None = None
         self.registry = CollectorRegistry()
         self.registry.register(self)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._store is not None:
+                self._store.db.close()
+                self._store = None
+
+    def scheduled(self) -> ScheduledWork | None:
+        """The feed's scheduled work, read at most every ``every`` seconds; None without a
+        ``dsn`` or while the database cannot be read (the gauges are left out, not wrong)."""
+        if self._dsn is None:
+            return None
+        with self._lock:
+            now = time.monotonic()
+            if now - self._read_at >= self._every:
+                self._read_at = now
+                try:
+                    if self._store is None:
+                        from sluiceway.db import Database
+
+                        self._store = FeedStore(Database(self._dsn), self.feed)
+                    self._scheduled = self._store.scheduled()
+                except SluicewayError as exc:
+                    log.debug("feed metrics: scheduled work not read: %s", exc)
+                    self._scheduled = None
+            return self._scheduled
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -88,3 +135,22 @@ class FeedMetrics:
         )
         held.add_metric([self.feed], len(self.worker.partitions))
         yield held
+        scheduled = self.scheduled()
+        if scheduled is None:
+            return
+        for kind, count in (("partitions", scheduled.partitions), ("items", scheduled.items)):
+            gauge = GaugeMetricFamily(
+                f"sluice_feed_scheduled_{kind}",
+                f"Feed {kind} scheduled for later (not_before, retry_in) and not due yet",
+                labels=["feed"],
+            )
+            gauge.add_metric([self.feed], count)
+            yield gauge
+        if scheduled.next_due is not None:
+            due = GaugeMetricFamily(
+                "sluice_feed_next_due_seconds",
+                "Seconds until the feed's first scheduled work is due",
+                labels=["feed"],
+            )
+            due.add_metric([self.feed], max(0.0, (scheduled.next_due - datetime.now(UTC)).total_seconds()))
+            yield due

@@ -785,10 +785,11 @@ class FeedStore:
         ]
         ready = int(lag[0] or 0) if lag else 0
         age = None if not lag or lag[1] is None else float(lag[1])
-        limits, scheduled = self.rate_limits(), self._scheduled()
+        limits, scheduled = self.rate_limits(), self.scheduled()
         return FeedStatus(parts, items, ready, age, workers, items_by_gate, priorities, limits, scheduled)
 
-    def _scheduled(self) -> ScheduledWork:
+    def scheduled(self) -> ScheduledWork:
+        """Work held back to a time on purpose (``not_before``, ``retry_in``): counts, first due."""
         row = self.db.fetchone(self.q["status_scheduled"], what="feed status scheduled")
         if row is None:
             return ScheduledWork()

@@ -1,4 +1,5 @@
-"""``sluice feed worker --metrics-addr``: the documented series are served and move as it works."""
+"""``sluice feed worker --metrics-addr``: the documented series are served and move as it works,
+and the feed's scheduled work is counted."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ pytestmark = pytest.mark.timeout(120)
 def test_a_worker_serves_its_counters_and_they_move(sqlite_dsn: str, tmp_path: Path) -> None:
     with Feed(sqlite_dsn) as feed:
         feed.set_rate(20, burst=1)  # 5 items: 4 of them wait for a token (50 ms each)
+        feed.add("later", [b"x", b"y"], not_before=3600)  # scheduled work, due in an hour
     port = free_port()
     args = ["feed", "worker", "--dsn", sqlite_dsn, "--processor", "tests.support.processors:done"]
     args += ["--poll-interval", "0.05", "--lease", "3", "--metrics-addr", f"127.0.0.1:{port}"]
@@ -39,6 +41,9 @@ def test_a_worker_serves_its_counters_and_they_move(sqlite_dsn: str, tmp_path: P
         assert samples['sluice_feed_wakeups_total{feed="feed_"}'] == 0  # SQLite: the worker polls
         assert samples['sluice_feed_rate_limited_waits_total{feed="feed_"}'] >= 1
         assert samples['sluice_feed_rate_limited_wait_seconds_total{feed="feed_"}'] > 0
+        assert samples['sluice_feed_scheduled_partitions{feed="feed_"}'] == 1
+        assert samples['sluice_feed_scheduled_items{feed="feed_"}'] == 2
+        assert 3500 < samples['sluice_feed_next_due_seconds{feed="feed_"}'] <= 3600
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     assert "metrics on http://127.0.0.1:" in (tmp_path / "worker.log").read_text()
