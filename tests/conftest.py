@@ -272,6 +272,10 @@ PROCESS_HEAVY = frozenset(
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``--dist loadfile``, except that the process-heavy modules are one unit of work. (xdist's
     own ``loadgroup`` marks do not survive pytest 9's node ids, hence a scheduler.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None  # another --dist asked for by hand
+    missing = sorted(m for m in PROCESS_HEAVY if not (config.rootpath / m).exists())
+    assert not missing, f"PROCESS_HEAVY names modules that do not exist: {missing}"
     from xdist.scheduler import LoadScopeScheduling
 
     class ByModule(LoadScopeScheduling):

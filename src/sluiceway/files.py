@@ -50,7 +50,7 @@ def write_json(path: Path, data: Any, *, durable: bool = False) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         if exc.filename is None and exc.errno is not None:
-            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+            raise OSError(exc.errno, exc.strerror or os.strerror(exc.errno), str(path)) from exc
         raise
     if durable:
         fsync(path.parent)

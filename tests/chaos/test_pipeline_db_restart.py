@@ -99,7 +99,7 @@ def test_outbox_into_postgres_rides_through_two_restarts(server: PrivatePostgres
     said = re.compile(r"AdminShutdown|terminating connection|refused|retrying|lost by this process|fenced")
     lines = [line for line in text.splitlines() if said.search(line) and not line.startswith("\t")]
     print(f"\n{len(rows)} rows; outage lines:\n" + "\n".join(lines))
-    assert 2 <= len(lines) <= 8, lines  # the outages were seen, and said once, not once per retry
+    assert 2 <= len(lines) <= 12, lines  # the outages were seen, and said once each, not once per retry
 
 
 def test_a_postgres_sink_rides_through_two_restarts(server: PrivatePostgres, tmp_path: Path) -> None:
@@ -155,4 +155,4 @@ def test_a_postgres_sink_rides_through_two_restarts(server: PrivatePostgres, tmp
     lines = [line for line in text.splitlines() if said.search(line) and not line.startswith("\t")]
     print(f"\n{len(values)} rows; outage lines:\n" + "\n".join(lines))
     assert any("unreachable" in line for line in lines), "the sink met an outage"
-    assert len(lines) <= 6, lines  # per outage: one warning, one line when it is over
+    assert len(lines) <= 8, lines  # per outage and part: a warning (and a line when it is over)

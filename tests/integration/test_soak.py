@@ -20,12 +20,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_one_minute_of_all_four_parts_accounts_for_every_record() -> None:
     done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "soak.py"), "--minutes", "1", "--sample", "5", "--rate", "100"],
+        [sys.executable, str(ROOT / "bench" / "soak.py"), "--minutes", "1", "--sample", "5", "--rate", "100",
+         "--drain-timeout", "120"],
         capture_output=True,
         text=True,
         timeout=540,
         cwd=ROOT,
-    )
+    )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["problems"] == []

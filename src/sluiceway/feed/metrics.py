@@ -57,23 +57,27 @@ class FeedMetrics:
         self._store: FeedStore | None = None
         self._read_at = float("-inf")
         self._scheduled: ScheduledWork | None = None
+        self._closed = False
         self.registry = CollectorRegistry()
         self.registry.register(self)
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             if self._store is not None:
                 self._store.db.close()
                 self._store = None
 
     def scheduled(self) -> ScheduledWork | None:
         """The feed's scheduled work, read at most every ``every`` seconds; None without a
-        ``dsn`` or while the database cannot be read (the gauges are left out, not wrong)."""
-        if self._dsn is None:
-            return None
-        with self._lock:
+        ``dsn`` or while the database cannot be read (the gauges are left out, not wrong). A
+        scrape while another one is reading serves the last reading: a database that hangs
+        holds up one scrape, not all of them."""
+        if self._dsn is None or not self._lock.acquire(blocking=False):
+            return self._scheduled
+        try:
             now = time.monotonic()
-            if now - self._read_at >= self._every:
+            if not self._closed and now - self._read_at >= self._every:
                 self._read_at = now
                 try:
                     if self._store is None:
@@ -85,6 +89,8 @@ class FeedMetrics:
                     log.debug("feed metrics: scheduled work not read: %s", exc)
                     self._scheduled = None
             return self._scheduled
+        finally:
+            self._lock.release()
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily

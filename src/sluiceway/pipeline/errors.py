@@ -128,13 +128,17 @@ def _jvm_file_system_fault(exc: BaseException, path: str) -> DestinationUnreacha
     """The same for an error raised in Spark's JVM (its own Parquet writer, its checkpoint): a Java
     ``IOException`` carries no errno, only the C library's text for it (the JDK makes the message
     with ``strerror``), so the trace is matched against those same codes' texts."""
-    if not type(exc).__module__.startswith(("py4j", "pyspark")):
-        return None
-    text = str(exc)
-    for code in (*_FS_FULL, *_FS_REFUSED):
-        said = os.strerror(code)
-        if f"IOException: {said}" in text or f"({said})" in text:
-            return DestinationUnreachable(f"{path}: {said}", permanent=code in _FS_REFUSED)
+    seen: BaseException | None = exc
+    for _ in range(8):  # the exception and a short cause chain (PySpark may wrap the JVM's error)
+        if seen is None:
+            break
+        if type(seen).__module__.startswith(("py4j", "pyspark")):
+            text = str(seen)
+            for code in (*_FS_FULL, *_FS_REFUSED):
+                said = os.strerror(code)
+                if f"IOException: {said}" in text or f"({said})" in text:
+                    return DestinationUnreachable(f"{path}: {said}", permanent=code in _FS_REFUSED)
+        seen = seen.__cause__ or seen.__context__
     return None
 
 
