@@ -103,11 +103,13 @@ def ride_out(
     max_backoff: float = 2.0,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    hopeless: Callable[[BaseException], bool] = lambda exc: False,
 ) -> T:
     """``call()``, with an outage waited out: on one of ``errors`` it is called again with
     backoff for up to ``limit`` seconds, then the error is raised. One warning when the outage
-    starts (``throttle``'s reminders while it lasts), one line when it ends. For calls that are
-    safe to repeat, whether or not the failed attempt took effect.
+    starts (``throttle``'s reminders while it lasts), one line when it ends. An error that
+    ``hopeless`` says waiting will not mend is raised at once. For calls that are safe to repeat,
+    whether or not the failed attempt took effect.
 
     >>> now = [0.0]
     >>> tries = iter([ConnectionError("down"), ConnectionError("down"), None])
@@ -129,11 +131,11 @@ def ride_out(
         except errors as exc:
             now = clock()
             since = now if since is None else since
-            if now - since >= limit:
+            if hopeless(exc) or now - since >= limit:
                 raise
             throttle.warn("%s: %s (retrying for up to %gs)", what, exc, limit)
-            sleep(min(delay, max(0.0, since + limit - now)))
-            delay = min(delay * 2, max_backoff)
+            sleep(min(delay, max_backoff, max(0.0, since + limit - now)))
+            delay = max(delay * 2, 0.01)
             continue
         if since is not None:
             throttle.resolved("%s: reachable again after %.1fs", what, clock() - since)

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from sluiceway.db import Database
 from sluiceway.errors import SluicewayError
 from sluiceway.feed.model import ScheduledWork
 from sluiceway.feed.store import FeedStore
@@ -81,8 +82,6 @@ class FeedMetrics:
                 self._read_at = now
                 try:
                     if self._store is None:
-                        from sluiceway.db import Database
-
                         self._store = FeedStore(Database(self._dsn), self.feed)
                     self._scheduled = self._store.scheduled()
                 except SluicewayError as exc:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sluiceway.outage import OUTAGE_REMINDER, WarningThrottle
+from sluiceway.outage import OUTAGE_REMINDER, WarningThrottle, ride_out
 from sluiceway.pipeline.errors import DestinationUnreachable
 
 log = logging.getLogger("sluiceway.pipeline.failures")
@@ -139,24 +139,18 @@ def reaching(
     permanent one (a missing database, a refused login) is raised at once."""
 
     def attempt(lo: int, hi: int) -> None:
-        since: float | None = None
-        # One line when the outage starts (a reminder a minute while it lasts), one when it ends.
-        outage = WarningThrottle(log, OUTAGE_REMINDER, clock=clock)
-        delay = policy.backoff
-        while True:
-            try:
-                write(lo, hi)
-                if since is not None:
-                    outage.resolved("%s: destination reachable again after %.1f s", what, clock() - since)
-                return
-            except DestinationUnreachable as exc:
-                now = clock()
-                since = now if since is None else since
-                if exc.permanent or now - since >= policy.outage:
-                    raise
-                outage.warn("%s: %s (retrying for up to %g s)", what, exc, policy.outage)
-                sleep(min(delay, policy.max_backoff, max(0.0, since + policy.outage - now)))
-                delay = max(delay * 2, 0.01)
+        ride_out(
+            lambda: write(lo, hi),
+            what=what,
+            errors=(DestinationUnreachable,),
+            limit=policy.outage,
+            throttle=WarningThrottle(log, OUTAGE_REMINDER, clock=clock),
+            backoff=policy.backoff,
+            max_backoff=policy.max_backoff,
+            sleep=sleep,
+            clock=clock,
+            hopeless=lambda exc: bool(getattr(exc, "permanent", False)),
+        )
 
     return attempt
 
