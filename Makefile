@@ -5,10 +5,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
-# TEST_WORKERS=2: two pytest-xdist workers, about 25 minutes instead of about 45 on two cores
-# (a module's tests together, process-heavy modules as one unit: tests/conftest.py); at that load
-# a few timing-bound tests can time out, so CI runs them in one process (0).
-TEST_WORKERS ?= 0
+# Two pytest-xdist workers: one runs every test that runs Spark (the Spark lane), the other the
+# rest (tests/conftest.py). TEST_WORKERS=0: one process, about 35 minutes on two cores.
+TEST_WORKERS ?= 2
 FUZZ_SECONDS ?= 60
 
 .PHONY: install services demo test check lint types imports unit bench fuzz clean

@@ -32,6 +32,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -60,7 +61,9 @@ PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 # -- the parts, as processes -------------------------------------------------------------------
-def write_configs(work: Path, dsn: str, trigger: str, driver_memory: str | None) -> tuple[Path, Path]:
+def write_configs(
+    work: Path, dsn: str, trigger: str, driver_memory: str | None, jvm_options: str | None
+) -> tuple[Path, Path]:
     reaper = work / "reaper.yaml"
     reaper.write_text(
         yaml.safe_dump(
@@ -74,6 +77,10 @@ def write_configs(work: Path, dsn: str, trigger: str, driver_memory: str | None)
             }
         )
     )
+    spark = {
+        **({"spark.driver.memory": driver_memory} if driver_memory else {}),
+        **({"spark.driver.extraJavaOptions": jvm_options} if jvm_options else {}),
+    }
     spec = work / "pipeline.yaml"
     spec.write_text(
         yaml.safe_dump(
@@ -87,7 +94,7 @@ def write_configs(work: Path, dsn: str, trigger: str, driver_memory: str | None)
                     ],
                     "checkpoint": str(work / "checkpoints"),
                     "trigger": {"interval": trigger},
-                    **({"spark": {"spark.driver.memory": driver_memory}} if driver_memory else {}),
+                    **({"spark": spark} if spark else {}),
                 }
             }
         )
@@ -257,6 +264,32 @@ def sample(procs: dict[str, subprocess.Popen[bytes]]) -> dict[str, tuple[float, 
     return out
 
 
+def pipeline_jvm(proc: subprocess.Popen[bytes]) -> int | None:
+    """The pid of the pipeline's JVM (a child of its Python driver), if it is up."""
+    return next((pid for pid in _tree(proc.pid, _children())[1:] if _is_jvm(pid)), None)
+
+
+_NMT_LINE = re.compile(r"^-\s+(?P<what>[\w ]+?) \(reserved=\d+KB, committed=(?P<kb>\d+)KB\)")
+
+
+def jvm_native(pid: int) -> dict[str, float]:
+    """The JVM's own account of its committed memory (MB) per category — Java Heap, Class,
+    Thread, Code, GC, Internal, Other... — when it runs with ``-XX:NativeMemoryTracking=summary``;
+    empty otherwise."""
+    try:
+        text = subprocess.run(
+            ["jcmd", str(pid), "VM.native_memory", "summary"], capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = _NMT_LINE.match(line.strip())
+        if m:
+            out[m["what"]] = int(m["kb"]) / 1024
+    return out
+
+
 def backlog(db: Database, journal: Path, feed_prefix: str = "feed_") -> dict[str, int]:
     outbox = db.fetchone("SELECT count(*) FROM outbox")
     try:
@@ -358,11 +391,13 @@ def soak(args: argparse.Namespace) -> int:
         with Database(dsn) as db:
             init_outbox(db)
         Feed(dsn).close()  # the feed's tables
-        reaper, spec = write_configs(work, dsn, args.trigger, args.driver_memory)
+        reaper, spec = write_configs(work, dsn, args.trigger, args.driver_memory, args.jvm_options)
         Journal.open(work / "journal").close()  # the pipeline's source must exist before it starts
         procs: dict[str, subprocess.Popen[bytes]] = {}
         producer = Producer(dsn, args.rate, args.feed_rate, args.keys)
         samples: list[tuple[float, dict[str, tuple[float, int, int]], dict[str, int]]] = []
+        native: list[tuple[float, dict[str, float]]] = []  # the JVM's NMT summary per sample
+        tracking = "NativeMemoryTracking" in (args.jvm_options or "")
         worst: dict[str, int] = defaultdict(int)
         codes: dict[str, int | None] = {}
         db = Database(dsn)
@@ -392,6 +427,9 @@ def soak(args: argparse.Namespace) -> int:
                     for k, v in b.items():
                         worst[k] = max(worst[k], v)
                     samples.append((now, sample(procs), b))
+                    jvm = pipeline_jvm(procs["pipeline"]) if tracking else None
+                    if jvm is not None:
+                        native.append((now, jvm_native(jvm)))
                     print(
                         f"{now / 60:5.1f} min  stashed {producer.stashed:>8}  backlog {b}  "
                         + "  ".join(f"{k} {v[0]:.0f}MB" for k, v in samples[-1][1].items()),
@@ -464,6 +502,22 @@ def soak(args: argparse.Namespace) -> int:
                 f"fds {s['fds'][0]} to {s['fds'][1]}; threads {s['threads'][0]} to {s['threads'][1]}",
             )
         )
+    jvm_parts: dict[str, dict[str, Any]] = {}
+    native_after = [(t, n) for t, n in native if t >= warm and n]
+    for what in sorted({w for _, n in native_after for w in n}):
+        part = [(t, n[what]) for t, n in native_after if what in n]
+        jvm_parts[what] = {
+            "mb": [round(min(v for _, v in part), 1), round(max(v for _, v in part), 1)],
+            "mb_per_10min": round(slope(part), 2),
+        }
+    growing = sorted(jvm_parts.items(), key=lambda kv: -abs(kv[1]["mb_per_10min"]))[:6]
+    if growing:
+        rows.append(
+            (
+                "pipeline JVM, committed by part (NMT)",
+                "; ".join(f"{k} {v['mb'][1]:.0f} MB {v['mb_per_10min']:+.2f}" for k, v in growing),
+            )
+        )
     for problem in result["problems"]:
         rows.append(("PROBLEM", problem))
     report(
@@ -475,6 +529,7 @@ def soak(args: argparse.Namespace) -> int:
             "worst_backlog": dict(worst),
             "drain_s": round(drain_seconds, 1),
             "processes": slopes,
+            **({"jvm_native": jvm_parts} if jvm_parts else {}),
         },
     )
     if result["problems"]:
@@ -495,6 +550,11 @@ def main() -> int:
     parser.add_argument("--trigger", default="2s", help="the pipeline's micro-batch interval")
     parser.add_argument("--drain-timeout", type=float, default=300.0)
     parser.add_argument("--driver-memory", help="the pipeline's spark.driver.memory (its JVM's heap)")
+    parser.add_argument(
+        "--jvm-options",
+        help="the pipeline JVM's spark.driver.extraJavaOptions; with -XX:NativeMemoryTracking=summary "
+        "each sample also reads the JVM's own account of its memory (jcmd VM.native_memory)",
+    )
     return soak(parser.parse_args())
 
 

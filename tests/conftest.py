@@ -253,7 +253,7 @@ def place(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 # --- Running in parallel (pytest-xdist, `make test`) ----------------------------------------
 #: Modules whose tests start whole pipelines as processes (a JVM each, Spark's Python workers,
-#: kill -9s): one such test at a time, on one worker, so two never share the two cores.
+#: kill -9s). With the in-process Spark tests they make the Spark lane (below).
 PROCESS_HEAVY = frozenset(
     {
         "tests/chaos/test_cdc_chaos.py",
@@ -266,21 +266,54 @@ PROCESS_HEAVY = frozenset(
         "tests/integration/test_soak.py",
     }
 )
+#: Everything else that runs Spark: every pipeline integration test, the modules marked
+#: ``spark`` (checked below), the secrets test's pipeline runs, and the docs' pipeline page.
+SPARK_LANE_DIRS = ("tests/integration/pipeline/",)
+SPARK_LANE = PROCESS_HEAVY | {
+    "tests/integration/test_demo.py",
+    "tests/integration/test_rig.py",
+    "tests/integration/test_secrets.py",
+    "tests/docs/test_docs.py::test_page_samples_run[pipeline.md]",
+}
+LANE = "spark"
+
+
+def in_spark_lane(nodeid: str) -> bool:
+    module = nodeid.split("::", 1)[0]
+    return module.startswith(SPARK_LANE_DIRS) or module in SPARK_LANE or nodeid in SPARK_LANE
+
+
+def _check_spark_lane(root: Path) -> None:
+    """Every module named exists, and every module marked ``spark`` is in the lane."""
+    missing = sorted(m for m in SPARK_LANE if not (root / m.split("::", 1)[0]).exists())
+    assert not missing, f"SPARK_LANE names modules that do not exist: {missing}"
+    outside = sorted(
+        rel
+        for path in (root / "tests").rglob("test_*.py")
+        if "mark.spark" in path.read_text() and not in_spark_lane(rel := path.relative_to(root).as_posix())
+    )
+    assert not outside, f"modules marked spark outside SPARK_LANE (tests/conftest.py): {outside}"
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadfile``, except that the process-heavy modules are one unit of work. (xdist's
-    own ``loadgroup`` marks do not survive pytest 9's node ids, hence a scheduler.)"""
+    """``--dist loadfile``, except that every test that runs Spark is one unit of work, the Spark
+    lane, handed out first: one worker runs the lane (no two JVMs, or a JVM and a session, share
+    the two cores, where Spark's 10 s wait for a Python worker to connect back can run out) while
+    the other takes the remaining modules one at a time. (xdist's own ``loadgroup`` marks do not
+    survive pytest 9's node ids, hence a scheduler.)"""
     if config.getvalue("dist") != "loadfile":
         return None  # another --dist asked for by hand
-    missing = sorted(m for m in PROCESS_HEAVY if not (config.rootpath / m).exists())
-    assert not missing, f"PROCESS_HEAVY names modules that do not exist: {missing}"
+    _check_spark_lane(config.rootpath)
     from xdist.scheduler import LoadScopeScheduling
 
-    class ByModule(LoadScopeScheduling):
+    class SparkLane(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return "process-heavy" if module in PROCESS_HEAVY else module
+            return LANE if in_spark_lane(nodeid) else nodeid.split("::", 1)[0]
 
-    return ByModule(config, log)
+        def _assign_work_unit(self, node: Any) -> None:
+            if LANE in self.workqueue:
+                self.workqueue.move_to_end(LANE, last=False)  # the longest unit starts first
+            super()._assign_work_unit(node)
+
+    return SparkLane(config, log)

@@ -62,12 +62,12 @@ def build_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith("local"):
         # A local session listens on loopback only, and logs warnings rather than Spark's chatter.
+        # The log settings go in the driver JVM's *default* options, which Spark puts before
+        # `spark.driver.extraJavaOptions`: a spec's own JVM options (-Xms, a heap dump on OOM…)
+        # are added to them, not dropped (as `--driver-java-options` would drop them).
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         log4j = Path(__file__).with_name("log4j2-quiet.properties")
-        os.environ.setdefault(
-            "PYSPARK_SUBMIT_ARGS",
-            f'--driver-java-options "-Dlog4j.configurationFile=file:{log4j}" pyspark-shell',
-        )
+        conf = {"spark.driver.defaultJavaOptions": f"-Dlog4j.configurationFile=file:{log4j}", **(conf or {})}
     from pyspark.sql import SparkSession
 
     builder: Any = SparkSession.builder.appName(app_name)
