@@ -269,7 +269,7 @@ def pipeline_jvm(proc: subprocess.Popen[bytes]) -> int | None:
     return next((pid for pid in _tree(proc.pid, _children())[1:] if _is_jvm(pid)), None)
 
 
-_NMT_LINE = re.compile(r"^-\s+(?P<what>[\w ]+?) \(reserved=\d+KB, committed=(?P<kb>\d+)KB\)")
+_NMT_LINE = re.compile(r"^-\s+(?P<what>[\w ]+?) \(reserved=\d+KB, committed=(?P<kb>\d+)KB[,)]")
 
 
 def jvm_native(pid: int) -> dict[str, float]:
@@ -430,6 +430,8 @@ def soak(args: argparse.Namespace) -> int:
                     jvm = pipeline_jvm(procs["pipeline"]) if tracking else None
                     if jvm is not None:
                         native.append((now, jvm_native(jvm)))
+                        if len(native) == 1 and not native[0][1]:
+                            print("soak: no native memory account from jcmd (is jcmd here?)", file=sys.stderr)
                     print(
                         f"{now / 60:5.1f} min  stashed {producer.stashed:>8}  backlog {b}  "
                         + "  ".join(f"{k} {v[0]:.0f}MB" for k, v in samples[-1][1].items()),

@@ -267,25 +267,26 @@ PROCESS_HEAVY = frozenset(
     }
 )
 #: Everything else that runs Spark: every pipeline integration test, the modules marked
-#: ``spark`` (checked below), the secrets test's pipeline runs, and the docs' pipeline page.
+#: ``spark`` (checked below), the secrets test's pipeline runs, and the docs' samples (the
+#: pipeline page runs pipelines; the pages share one directory in reading order, so all of them).
 SPARK_LANE_DIRS = ("tests/integration/pipeline/",)
 SPARK_LANE = PROCESS_HEAVY | {
     "tests/integration/test_demo.py",
     "tests/integration/test_rig.py",
     "tests/integration/test_secrets.py",
-    "tests/docs/test_docs.py::test_page_samples_run[pipeline.md]",
+    "tests/docs/test_docs.py",
 }
 LANE = "spark"
 
 
 def in_spark_lane(nodeid: str) -> bool:
     module = nodeid.split("::", 1)[0]
-    return module.startswith(SPARK_LANE_DIRS) or module in SPARK_LANE or nodeid in SPARK_LANE
+    return module.startswith(SPARK_LANE_DIRS) or module in SPARK_LANE
 
 
 def _check_spark_lane(root: Path) -> None:
     """Every module named exists, and every module marked ``spark`` is in the lane."""
-    missing = sorted(m for m in SPARK_LANE if not (root / m.split("::", 1)[0]).exists())
+    missing = sorted(m for m in SPARK_LANE if not (root / m).exists())
     assert not missing, f"SPARK_LANE names modules that do not exist: {missing}"
     outside = sorted(
         rel
@@ -315,5 +316,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             if LANE in self.workqueue:
                 self.workqueue.move_to_end(LANE, last=False)  # the longest unit starts first
             super()._assign_work_unit(node)
+
+        def _reschedule(self, node: Any) -> None:
+            # No more work queued behind the lane's last tests (the soak takes minutes): the
+            # other worker takes what is left.
+            lane = self.assigned_work.get(node, {}).get(LANE)
+            if lane is not None and not all(lane.values()) and self.workqueue:
+                return
+            super()._reschedule(node)
 
     return SparkLane(config, log)

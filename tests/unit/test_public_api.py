@@ -54,11 +54,30 @@ def test_all_is_exactly_what_the_package_exports(package: str) -> None:
         assert getattr(module, name) is not None, f"{package}.{name} does not resolve"
 
 
-def test_the_lazy_exports_are_the_real_objects() -> None:
-    for name, module in sluiceway._LAZY.items():
-        assert getattr(sluiceway, name) is getattr(importlib.import_module(module), name)
+@pytest.mark.parametrize("package", ["sluiceway", "sluiceway.pipeline"])
+def test_the_lazy_exports_are_the_real_objects(package: str) -> None:
+    top = importlib.import_module(package)
+    assert set(top._LAZY) <= set(top.__all__)
+    for name, module in top._LAZY.items():
+        assert getattr(top, name) is getattr(importlib.import_module(module), name)
     with pytest.raises(AttributeError, match="no attribute 'Nonexistent'"):
-        sluiceway.Nonexistent  # type: ignore[attr-defined]  # noqa: B018
+        top.Nonexistent  # noqa: B018
+
+
+def test_a_spark_worker_reading_a_journal_loads_neither_the_runner_nor_the_spec_models() -> None:
+    """What a Spark Python worker imports to unpickle the journal source: the lazy package keeps
+    the runner, the spec models (pydantic) and the operator tools out of it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, sluiceway.pipeline.sources.journal; "
+        "print(sorted(m for m in ('sluiceway.pipeline.runner', 'sluiceway.pipeline.spec', "
+        "'sluiceway.pipeline.operator') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
 
 
 def test_one_version() -> None:

@@ -42,6 +42,12 @@ def session_settings(
         }
         if warehouse:
             settings["spark.sql.warehouse.dir"] = warehouse
+    if master.startswith("local"):
+        # Spark's errors, not its task-failure traces (log4j2-quiet.properties). In the driver
+        # JVM's *default* options, which Spark puts before `spark.driver.extraJavaOptions`: a
+        # spec's own JVM options (-Xms, a heap dump on OOM…) are added to them, not dropped.
+        log4j = Path(__file__).with_name("log4j2-quiet.properties")
+        settings["spark.driver.defaultJavaOptions"] = f'"-Dlog4j.configurationFile=file:{log4j}"'
     settings.update(conf or {})
     return settings
 
@@ -61,13 +67,9 @@ def build_session(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith("local"):
-        # A local session listens on loopback only, and logs warnings rather than Spark's chatter.
-        # The log settings go in the driver JVM's *default* options, which Spark puts before
-        # `spark.driver.extraJavaOptions`: a spec's own JVM options (-Xms, a heap dump on OOM…)
-        # are added to them, not dropped (as `--driver-java-options` would drop them).
+        # A local session listens on loopback only (and logs warnings rather than Spark's
+        # chatter: session_settings).
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        log4j = Path(__file__).with_name("log4j2-quiet.properties")
-        conf = {"spark.driver.defaultJavaOptions": f"-Dlog4j.configurationFile=file:{log4j}", **(conf or {})}
     from pyspark.sql import SparkSession
 
     builder: Any = SparkSession.builder.appName(app_name)
