@@ -12,7 +12,7 @@ Public API (everything else is internal)::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sluiceway.errors import (
     BrokerError,
@@ -30,6 +30,7 @@ from sluiceway.errors import (
     SluicewayError,
     UnsupportedDsnError,
 )
+from sluiceway.lazy import exports as _exports
 from sluiceway.outbox import OutboxRecord, PreparedStash, Stasher
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers and IDEs
@@ -88,12 +89,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'sluiceway' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = _exports(__name__, _LAZY)

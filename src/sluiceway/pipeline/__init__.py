@@ -13,9 +13,9 @@ too, after ``register_sources(spark)``. See ``docs/pipeline.md``.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from sluiceway.lazy import exports as _exports
 from sluiceway.logs import adopt as _adopt_log_format
 
 if TYPE_CHECKING:
@@ -63,18 +63,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'sluiceway.pipeline' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # once: later lookups are plain attributes
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
-
+__getattr__ = _exports(__name__, _LAZY)
 
 # In a Spark Python worker (a source's reader, a sink's task) warnings take the CLI's format.
 _adopt_log_format()
