@@ -10,6 +10,7 @@ tmpfs the test mounts) fills up mid-run. What must hold (issue 27):
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -53,11 +54,28 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
 
 
 def fill(path: Path, leave: int) -> None:
-    """Write a ballast file until ``leave`` bytes are free on ``path``'s file system."""
+    """Write a ballast file until about ``leave`` bytes are free on ``path``'s file system.
+
+    A process under test may be writing there at the same time, so the space read up front can
+    shrink while the ballast is written: the ballast goes in chunks, and running out of space
+    first means the disk is full already, which is what ``leave=0`` asks for (with ``leave`` > 0
+    the ballast gives that much back)."""
     st = os.statvfs(path)
-    free = st.f_bavail * st.f_frsize
-    with open(path / "ballast", "wb") as fh:
-        fh.write(b"\0" * max(0, free - leave))
+    want = max(0, st.f_bavail * st.f_frsize - leave)
+    chunk = b"\0" * (64 * 1024)
+    fd = os.open(path / "ballast", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        written = 0
+        while written < want:
+            try:
+                written += os.write(fd, chunk[: want - written])
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                os.ftruncate(fd, max(0, written - leave))
+                break
+    finally:
+        os.close(fd)
 
 
 def test_a_full_journal_disk_loses_nothing_says_so_once_and_resumes(
