@@ -110,6 +110,15 @@ def _bytes(value: object) -> bytes:
     raise InvariantViolation(f"item data came back as {type(value).__name__}, expected bytes")
 
 
+def _pg_bigints(values: list[int]) -> str:
+    """A ``bigint[]`` parameter as PostgreSQL's array literal (``{1,2,3}``), cast in the SQL.
+
+    psycopg dumps a list element by element in Python; for the completion's two arrays of a
+    hundred ids and versions that was about 0.8 µs an item, a tenth of the worker's own time.
+    ``str.join`` does the same in C. Only for ints: nothing in them needs quoting."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
 class FeedStore:
     """Named feed queries for one database connection and one table prefix."""
 
@@ -505,7 +514,10 @@ class FeedStore:
     def claim(self, owner: str, limit: int, lease: float) -> list[Claimed]:
         """Claim up to ``limit`` items at the gates of partitions ``owner`` holds."""
         params: dict[str, Any] = {"owner": owner, "limit": limit, **self._seconds("lease", lease)}
-        if self.dialect is not Dialect.MYSQL:
+        if self.dialect is Dialect.POSTGRES:
+            # psycopg gives bigint and integer as int and bytea as bytes: the row is the tuple.
+            return list(map(Claimed._make, self.db.fetchall(self.q["claim"], params, what="feed claim")))
+        if self.dialect is Dialect.SQLITE:
             rows = self.db.fetchall(self.q["claim"], params, what="feed claim")
             return [
                 Claimed(int(r[0]), int(r[1]), int(r[2]), _bytes(r[3]), int(r[4]), int(r[5])) for r in rows
@@ -535,7 +547,10 @@ class FeedStore:
             if done:
                 written += self.db.execute(
                     self.q["complete_done"],
-                    {"ids": [o.id for o in done], "versions": [o.version for o in done]},
+                    {
+                        "ids": _pg_bigints([o.id for o in done]),
+                        "versions": _pg_bigints([o.version for o in done]),
+                    },
                     what="feed complete",
                 )
             if rest:
