@@ -32,6 +32,12 @@ def main() -> None:
     if len(sys.argv) > 6:
         harvest["sequenceHeaders"] = sys.argv[6] == "on"
     config = HarvestConfig.from_dict({"harvest": harvest})
+    try:  # as the tree's own `sluice reap` does, where it does (trees before sluiceway.heap do not)
+        from sluiceway.heap import tune_collector
+    except ImportError:
+        pass
+    else:
+        tune_collector()
 
     def left() -> int:
         with psycopg.connect(dsn) as conn:

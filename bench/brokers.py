@@ -41,6 +41,7 @@ from _common import report, scratch_postgres, timed_drain
 from harvest import VALUE, ceiling, load, outbox_rows
 from sluiceway.brokers import Message
 from sluiceway.harvest import HarvestConfig
+from sluiceway.heap import tune_collector
 
 NATS_URL = "nats://127.0.0.1:4222"
 AMQP_URL = "amqp://guest:guest@127.0.0.1:5672/"
@@ -277,6 +278,7 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=100, help="messages per raw-loop call")
     ap.add_argument("--brokers", default="nats,rabbitmq,redis")
     args = ap.parse_args()
+    tune_collector()  # as `sluice reap` does (sluiceway/heap.py), for every side measured here
     brokers = [b.strip() for b in args.brokers.split(",") if b.strip()]
     rows: list[tuple[str, str]] = []
     summary: dict[str, Any] = {"bench": "brokers"}

@@ -45,6 +45,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sluiceway.feed import Feed, FeedWorker, NewPartition
+from sluiceway.heap import tune_collector
 
 SERVER = os.environ.get("SLUICE_BENCH_POSTGRES", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
 PROCESSES = 4
@@ -72,6 +73,7 @@ COMPLETE = "UPDATE bench_jobs SET status = 'complete' WHERE id = ANY(%s)"
 
 
 def ceiling_process(dsn: str, barrier: Any, done: Any) -> None:
+    tune_collector()  # both sides as `sluice feed worker` runs (sluiceway/heap.py)
     with psycopg.connect(dsn, autocommit=True) as conn:
         barrier.wait()
         n = 0
@@ -112,6 +114,7 @@ def run_ceiling(dsn: str) -> float:
 
 # -- feed --------------------------------------------------------------------------------------
 def feed_process(dsn: str, prefix: str, barrier: Any, stop: Any, done: Any) -> None:
+    tune_collector()
     worker = FeedWorker(
         dsn, noop, prefix=prefix, batch_size=BATCH, lease=6.0, poll_interval=0.05, migrate=False
     )

@@ -11,6 +11,7 @@ import typer
 
 from sluiceway.cli.common import METRICS_ADDR_HELP, fail, friendly_errors, setup_logging
 from sluiceway.errors import SluicewayError
+from sluiceway.heap import tune_collector
 
 log = logging.getLogger("sluiceway.capture")
 
@@ -59,6 +60,7 @@ def capture(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     c = config.capture
+    tune_collector()
     daemon.start()
     log.info(
         "capture %s started (slot %s, election %s, publishing to %s)",

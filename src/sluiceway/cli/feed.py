@@ -20,6 +20,7 @@ from sluiceway.clock import duration_seconds
 from sluiceway.db import Database
 from sluiceway.errors import DatabaseError
 from sluiceway.feed import Feed, FeedStatus, FeedWorker, RateLimit, ScheduledWork, Status
+from sluiceway.heap import tune_collector
 
 app = typer.Typer(
     help=(
@@ -288,6 +289,7 @@ def worker(
             "metrics on http://%s:%d/metrics", endpoint.host, endpoint.port
         )
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    tune_collector()
     try:
         if until_idle:
             w.run_until_idle()

@@ -12,6 +12,7 @@ import typer
 
 from sluiceway.cli.common import METRICS_ADDR_HELP, fail, friendly_errors, setup_logging
 from sluiceway.errors import SluicewayError
+from sluiceway.heap import tune_collector
 
 if TYPE_CHECKING:
     from sluiceway.harvest.events import Stats
@@ -105,6 +106,7 @@ def reap(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    tune_collector()
     harvest.start()
     log.info(
         "harvester %s started (outbox %s, election %s, publishing to %s)",
