@@ -71,3 +71,39 @@ def test_a_table_without_the_key_column_stops_the_sink_at_once(postgres_dsn: str
     with pytest.raises(DestinationUnreachable, match="no column 'key' to upsert on") as caught:
         sink.write(rows(("n", "k", b"x", "insert")), "t1")
     assert caught.value.permanent
+
+
+def test_parts_that_create_the_table_at_once_all_write(postgres_dsn: str) -> None:
+    """A first run's parts (Spark tasks) each prepare the destination on their own connection at
+    the same moment: CREATE TABLE IF NOT EXISTS is not safe against itself (both see no table,
+    one fails on the catalog's unique index), so the creation is serialised."""
+    import threading
+
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA race")  # a schema of its own: neither table exists yet
+    params = conninfo_to_dict(postgres_dsn)
+    params["options"] = "-c search_path=race"
+    dsn = make_conninfo(**params)  # type: ignore[arg-type]
+    parts = 8
+    start = threading.Barrier(parts)
+    errors: list[BaseException] = []
+
+    def part(i: int) -> None:
+        sink = PostgresSink(dsn, "orders", ["namespace", "key"], f"race.{i}")
+        try:
+            start.wait()
+            sink.write(rows(("n", str(i), b"x", "insert")), "t1")
+        except BaseException as exc:  # collected for the assertion
+            errors.append(exc)
+        finally:
+            sink.close()
+
+    threads = [threading.Thread(target=part, args=(i,)) for i in range(parts)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert [r[1] for r in table(dsn, "orders")] == sorted(str(i) for i in range(parts))

@@ -86,11 +86,13 @@ class PostgresSink(ClientSink[Database]):
 
     def _prepare(self, db: Database, schema: pa.Schema) -> list[str]:
         """Create the progress table (and the table, if asked); the columns to write."""
-        db.execute(self._sql("create_progress"), what="create the sink's progress table")
-        if self.create:
-            columns = ", ".join(f"{q(f.name)} {pg_type(f.type)}" for f in schema)
-            key = ", ".join(q(k) for k in self.keys)
-            db.execute(self._sql("create_table", raw_columns=columns, raw_key=key), what="create table")
+        with db.transaction():
+            db.execute(self._sql("create_lock"), what="lock the sink's set-up")
+            db.execute(self._sql("create_progress"), what="create the sink's progress table")
+            if self.create:
+                columns = ", ".join(f"{q(f.name)} {pg_type(f.type)}" for f in schema)
+                key = ", ".join(q(k) for k in self.keys)
+                db.execute(self._sql("create_table", raw_columns=columns, raw_key=key), what="create table")
         schema_name, _, name = self.table.rpartition(".")
         rows = db.fetchall(
             self._sql("table_columns"), {"name": name, "schema": schema_name or None}, what="read columns"

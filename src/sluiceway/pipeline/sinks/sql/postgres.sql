@@ -3,6 +3,12 @@
 -- {table} and {progress} are validated, quoted identifiers; the {raw_…} column lists are built
 -- by the sink from the batch's validated column names. Values are bound parameters.
 
+-- name: create_lock
+-- CREATE TABLE IF NOT EXISTS is not safe against itself: two parts of a first run that both find
+-- no table both create it, and one fails on the catalog's unique index. The parts' set-up takes
+-- this lock (released at the set-up transaction's end) so that one creates and the others find.
+SELECT pg_advisory_xact_lock(hashtext('sluiceway.pipeline.sinks.postgres'))
+
 -- name: create_progress
 -- One row per sink (per Spark part): the token of the last write committed. Kept in the
 -- destination so it commits in the same transaction as the data it vouches for.
