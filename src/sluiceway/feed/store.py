@@ -514,14 +514,8 @@ class FeedStore:
     def claim(self, owner: str, limit: int, lease: float) -> list[Claimed]:
         """Claim up to ``limit`` items at the gates of partitions ``owner`` holds."""
         params: dict[str, Any] = {"owner": owner, "limit": limit, **self._seconds("lease", lease)}
-        if self.dialect is Dialect.POSTGRES:
-            # psycopg gives bigint and integer as int and bytea as bytes: the row is the tuple.
-            return list(map(Claimed._make, self.db.fetchall(self.q["claim"], params, what="feed claim")))
-        if self.dialect is Dialect.SQLITE:
-            rows = self.db.fetchall(self.q["claim"], params, what="feed claim")
-            return [
-                Claimed(int(r[0]), int(r[1]), int(r[2]), _bytes(r[3]), int(r[4]), int(r[5])) for r in rows
-            ]
+        if self.dialect is not Dialect.MYSQL:
+            return self._claimed(self.db.fetchall(self.q["claim"], params, what="feed claim"))
         with self.db.transaction():
             rows = self.db.fetchall(self.q["claim"], params, what="feed claim")
             if not rows:
@@ -534,6 +528,13 @@ class FeedStore:
         return [
             Claimed(int(r[0]), int(r[1]), int(r[2]), _bytes(r[3]), int(r[4]) + 1, int(r[5]) + 1) for r in rows
         ]
+
+    def _claimed(self, rows: list[tuple[Any, ...]]) -> list[Claimed]:
+        """A claim's rows (id, partition_id, gate, data, attempts, version) as :class:`Claimed`."""
+        if self.dialect is Dialect.POSTGRES:
+            # psycopg gives bigint and integer as int and bytea as bytes: the row is the tuple.
+            return list(map(Claimed._make, rows))
+        return [Claimed(int(r[0]), int(r[1]), int(r[2]), _bytes(r[3]), int(r[4]), int(r[5])) for r in rows]
 
     def complete(self, outcomes: Sequence[Outcome]) -> int:
         """Write a batch of outcomes; return how many still matched their claim's version."""
@@ -605,10 +606,7 @@ class FeedStore:
             **self._seconds("lease", lease),
         }
         if self.dialect is not Dialect.MYSQL:
-            rows = self.db.fetchall(self.q["claim_in"], params, what="feed claim")
-            return [
-                Claimed(int(r[0]), int(r[1]), int(r[2]), _bytes(r[3]), int(r[4]), int(r[5])) for r in rows
-            ]
+            return self._claimed(self.db.fetchall(self.q["claim_in"], params, what="feed claim"))
         with self.db.transaction():
             rows = self.db.fetchall(self.q["claim_in"], params, what="feed claim")
             if not rows:
