@@ -4,8 +4,8 @@ Consumers usually run in reader processes, not in the writer, so the offset log 
 short-lived exclusive ``flock`` instead of relying on the journal's writer lock. Each commit
 appends one checksummed entry and fsyncs it; the latest entry for a name wins, and an offset of
 ``-1`` removes the name. When the log grows well past the number of live names it is rewritten
-(write temporary, fsync, rename, fsync directory). A process whose descriptor still points at
-the replaced file notices (inode changed) after taking the lock and reopens.
+(write temporary, lock it, fsync, rename, fsync directory). A process whose descriptor still
+points at the replaced file notices (inode changed) after taking the lock and reopens.
 """
 
 from __future__ import annotations
@@ -129,25 +129,33 @@ class OffsetLog:
             self._open()
 
     def _rewrite(self) -> None:
+        """Replace the log with one entry per live name (we hold the lock on the current file).
+
+        The new file is locked *before* it takes the log's name. Closing our descriptor of the
+        old file releases that file's lock; a committer blocked on it then finds the name moved,
+        reopens and locks the new file, and must wait there until our caller unlocks. Locked only
+        after the rename, the new file was free for a moment: such a committer could append to it
+        while we still took it over (the soak found it, as an assertion here, after an hour).
+        """
         # Only one process rewrites at a time (we hold the lock), so a fixed name is safe; a
         # leftover from a crash is simply overwritten.
         tmp = self._path + ".rewrite"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        data = CONSUMERS_MAGIC + b"".join(encode_consumer_entry(n, o) for n, o in self._offsets.items())
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644)
         try:
-            os.write(
-                fd, CONSUMERS_MAGIC + b"".join(encode_consumer_entry(n, o) for n, o in self._offsets.items())
-            )
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(fd, data)
             os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self._path)
-        fsync_dir(self._dir)
-        # Our descriptor (and its lock) still refer to the old file; the caller's unlock of it is
-        # harmless, and the next call reopens.
-        old = self._offsets
-        self._open()
-        self._refresh()
-        assert self._offsets == old, "offset log rewrite changed the offsets"
+            os.replace(tmp, self._path)
+            fsync_dir(self._dir)
+        except BaseException:
+            os.close(fd)  # the old file is still the log, and still ours
+            raise
+        old, self._fd = self._fd, fd
+        self._ino = os.fstat(fd).st_ino
+        self._pos = len(data)
+        self._entries = len(self._offsets)
+        os.close(old)  # its waiters go to the new file, which the caller unlocks when done
 
     def close(self) -> None:
         with self._lock:
