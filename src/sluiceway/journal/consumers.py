@@ -149,7 +149,9 @@ class OffsetLog:
             os.replace(tmp, self._path)
             fsync_dir(self._dir)
         except BaseException:
-            os.close(fd)  # the old file is still the log, and still ours
+            # Our descriptor of the old file still holds its lock (the caller releases it); if
+            # the rename happened, the next call finds the new inode and reopens by name.
+            os.close(fd)
             raise
         old, self._fd = self._fd, fd
         self._ino = os.fstat(fd).st_ino
