@@ -27,9 +27,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import statistics
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -38,7 +38,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import report, scratch_postgres, timed_drain
-from harvest import VALUE, ceiling, load, outbox_rows
+from harvest import VALUE, load, outbox_rows
+from harvest import side_by_side as harvest_side_by_side
 from sluiceway.brokers import Message
 from sluiceway.harvest import HarvestConfig
 from sluiceway.heap import tune_collector
@@ -233,17 +234,9 @@ def raw(place: Place, rows: int, keys: int, group: int, window: int) -> float:
 def side_by_side(dsn: str, place: Place, rows: int, keys: int, group: int, window: int, mark: int) -> float:
     """(c): the raw SQL loop and the raw publish loop at once, over the same rows; rows/s."""
     messages = messages_of(place, rows, keys)
-    load(dsn, rows, keys, place.topic)
     asyncio.run(place.empty())
-    sql = threading.Thread(target=ceiling, args=(dsn, mark))
-    start = time.perf_counter()
-    sql.start()
-    asyncio.run(RAW[place.broker](place, messages, group, window))
-    sql.join()
-    elapsed = time.perf_counter() - start
-    if outbox_rows(dsn):
-        raise SystemExit("the raw SQL loop left rows in the outbox")
-    return rows / elapsed
+    publish = functools.partial(asyncio.run, RAW[place.broker](place, messages, group, window))
+    return harvest_side_by_side(dsn, place.topic, rows, keys, mark, publish)
 
 
 # -- the harvester -----------------------------------------------------------------------------------------
