@@ -268,7 +268,7 @@ def main() -> None:
     ap.add_argument("--latency-seconds", type=float, default=10.0)
     ap.add_argument(
         "--per-key",
-        default="4,8,16,32",
+        default="4,8,16,32,64",
         help="perKeyInFlight values (> 1) tried on the 10-key outbox, beside 1 (goharvest's barrier)",
     )
     ap.add_argument(

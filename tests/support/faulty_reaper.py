@@ -34,6 +34,7 @@ class FaultyPublisher:
 
     def __init__(self, inner: Publisher, rate: float, seed: int) -> None:
         self.inner = inner
+        self.inline = bool(getattr(inner, "inline", False))  # send where the real one would be sent
         self.rate = rate
         self.rng = random.Random(seed)
         self.lock = threading.Lock()

@@ -402,6 +402,29 @@ class Barrier(Dispatcher):
                 plan.failures.append(Failure(record.key, entry[RECORD]))
         return plan
 
+    def settle(self, records: Iterable[MarkedRecord]) -> list[MarkedRecord]:
+        # Dispatcher.settle with _leave unrolled: this runs once for every record purged.
+        sends: list[MarkedRecord] = []
+        with self._lock:
+            records = list(records)
+            self._note_done([record.id for record in records])
+            windows, pending = self._windows, self._pending
+            refill: list[str] = []
+            for record in records:
+                key = record.key
+                entry = windows.get(key)
+                if entry is None or entry[STATE] in (READY, FAILED) or entry[RECORD].id != record.id:
+                    raise _not_in_flight(record, "settled")
+                del windows[key]
+                if key in pending:
+                    refill.append(key)
+            self._flying -= len(records)
+            self._fill(sends)
+            for key in refill:
+                self._refill(key, sends)
+            self._room.notify_all()
+        return sends
+
     def _dispatch(self, entry: _Entry) -> None:
         record = entry[RECORD]
         self._check_order(record.key, record.id)

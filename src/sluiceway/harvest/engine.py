@@ -130,9 +130,18 @@ class Term:
         self.dispatcher = Dispatcher(self.limits.max_in_flight_records, self.limits.per_key_in_flight)
         self.leader_id = str(uuid.uuid4())
         self._room = threading.Condition()
-        self._shards = [
-            ShardQueue(self.limits.send_buffer, self._room) for _ in range(self.limits.send_concurrency)
-        ]
+        # A publisher whose send only queues (librdkafka's producer, the journal's appender) is
+        # called straight from the dispatching thread: a send thread would only add a hand-off
+        # (two lock round trips and a wake-up per few records). ``sendConcurrency`` and
+        # ``sendBuffer`` shape the send threads of the others.
+        self._inline = bool(getattr(engine.publisher, "inline", False))
+        self._shards = (
+            []
+            if self._inline
+            else [
+                ShardQueue(self.limits.send_buffer, self._room) for _ in range(self.limits.send_concurrency)
+            ]
+        )
         # Delivery reports arrive on the publisher's threads: appending to a deque is atomic and
         # cheap; the event wakes the purge/reset thread, which takes everything queued at once.
         self._deliveries: deque[Delivery] = deque()
@@ -171,12 +180,12 @@ class Term:
 
         Two stages overlap: a marker thread claims the next batch (a database round trip) while
         this thread admits the previous one and hands it to the send queues (which may block on
-        ``sendBuffer``). At most one marked batch waits between them.
+        ``sendBuffer``), or sends them itself to an inline publisher. At most one marked batch
+        waits between them.
         """
-        lim = self.limits
         threads = [
             threading.Thread(target=self._shard_loop, args=(i,), name=f"sluice-send-{i}", daemon=True)
-            for i in range(lim.send_concurrency)
+            for i in range(len(self._shards))
         ]
         purger = threading.Thread(target=self._purge_loop, name="sluice-purge", daemon=True)
         marker = threading.Thread(target=self._mark_loop, name="sluice-mark", daemon=True)
@@ -323,8 +332,12 @@ class Term:
 
     def _enqueue(self, records: list[MarkedRecord]) -> None:
         """Hand records to their shards (key hash), in order within each shard. Fills every shard
-        that has room before waiting, so one full shard never stalls the others."""
+        that has room before waiting, so one full shard never stalls the others. A publisher
+        whose ``send`` only queues (``inline``) gets them here, on the dispatching thread."""
         if not records:
+            return
+        if self._inline:
+            self._send(records, None)
             return
         n = len(self._shards)
         todo: dict[int, list[MarkedRecord]] = {}
@@ -367,27 +380,47 @@ class Term:
             batch = shard.take()
             if batch is None:
                 return
-            if self._stopping.is_set() or not self.should_run():
-                # Shutting down, fenced or revoked: start no new sends (a deposed leader's late send
-                # could land after its successor's); the rows stay marked for the next leader.
-                self.dispatcher.abandon(batch)
+            self._send(batch, send_many)
+
+    def _send(
+        self,
+        batch: list[MarkedRecord],
+        send_many: Callable[[list[MarkedRecord], Callable[[Delivery], None]], None] | None,
+    ) -> None:
+        """Hand ``batch`` (one key's records in order) to the publisher, or abandon it."""
+        if self._stopping.is_set() or not self.should_run():
+            # Shutting down, fenced or revoked: start no new sends (a deposed leader's late send
+            # could land after its successor's); the rows stay marked for the next leader.
+            self.dispatcher.abandon(batch)
+            return
+        with self._outstanding_lock:
+            self._outstanding += len(batch)
+        delivered = self._delivered
+        if send_many is not None:
+            # The whole batch at once (no synchronous failures to fence on between records).
+            ready = list(self._outgoing(batch))
+            try:
+                send_many(ready, delivered)
+            except Exception as exc:  # refused before any was taken: each one failed
+                for item in ready:
+                    delivered(_refused(item, exc))
+            return
+        # _outgoing's checks, unrolled: this loop runs once per record published.
+        send, fenced, sequence = (
+            self.engine.publisher.send,
+            self.dispatcher.fenced_keys,
+            self.limits.sequence_headers,
+        )
+        for item in batch:
+            if item.key in fenced:
+                delivered(Delivery(item, error=WITHHELD))
                 continue
-            with self._outstanding_lock:
-                self._outstanding += len(batch)
-            if send_many is not None:
-                # The whole batch at once (no synchronous failures to fence on between records).
-                ready = list(self._outgoing(batch))
-                try:
-                    send_many(ready, self._delivered)
-                except Exception as exc:  # refused before any was taken: each one failed
-                    for item in ready:
-                        self._delivered(_refused(item, exc))
-                continue
-            for item in self._outgoing(batch):
-                try:
-                    publisher.send(item, self._delivered)
-                except Exception as exc:  # a synchronous refusal is a failed delivery
-                    self._delivered(_refused(item, exc))
+            if sequence:
+                item = with_sequence_headers(item)
+            try:
+                send(item, delivered)
+            except Exception as exc:  # a synchronous refusal is a failed delivery
+                delivered(_refused(item, exc))
 
     def _outgoing(self, batch: list[MarkedRecord]) -> Iterator[MarkedRecord]:
         """The batch's records as published (with sequence headers when on), those whose key has

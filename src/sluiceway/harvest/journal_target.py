@@ -32,6 +32,9 @@ _Item = tuple[MarkedRecord, Callable[[Delivery], None]]
 class JournalPublisher:
     """Group-commits queued records into journal appends (up to ``max_batch`` per append)."""
 
+    #: ``send`` only queues the record for the appender thread: the engine calls it inline.
+    inline = True
+
     def __init__(
         self,
         path: str,

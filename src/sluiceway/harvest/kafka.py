@@ -22,6 +22,8 @@ from sluiceway.outbox.record import MarkedRecord, validate_topic
 
 log = logging.getLogger("sluiceway.harvest.kafka")
 
+_new_tuple = tuple.__new__
+
 
 def _permanent_codes() -> frozenset[int]:
     from confluent_kafka import KafkaError
@@ -118,6 +120,10 @@ IDEMPOTENT_WARM_UP = 0.6
 class KafkaPublisher:
     """Publishes outbox records to Kafka. ``producers`` independent clients, chosen by key hash."""
 
+    #: ``send`` only queues the record in librdkafka (it waits only while that queue is full): the
+    #: engine calls it from the dispatching thread, with no send threads between.
+    inline = True
+
     def __init__(self, config: dict[str, Any], *, producers: int = 1) -> None:
         from confluent_kafka import Producer
 
@@ -146,18 +152,21 @@ class KafkaPublisher:
             producer.poll(0.05)
 
     def send(self, record: MarkedRecord, on_done: Callable[[Delivery], None]) -> None:
-        if record.topic not in self._valid_topics:
+        _id, _created, topic, key, value, headers, _leader, partition = record
+        if topic not in self._valid_topics:
             try:
-                validate_topic(record.topic)
+                validate_topic(topic)
             except InvalidRecordError as exc:
-                raise PermanentPublishError(f"invalid topic {record.topic!r}: {exc.problem}") from exc
-            self._valid_topics.add(record.topic)
-        producer = self._producers[hash(record.key) % len(self._producers)]
+                raise PermanentPublishError(f"invalid topic {topic!r}: {exc.problem}") from exc
+            self._valid_topics.add(topic)
+        producers = self._producers
+        producer = producers[0] if len(producers) == 1 else producers[hash(key) % len(producers)]
         permanent = self._permanent
 
         def delivered(err: Any, msg: Any) -> None:
             if err is None:
-                on_done(Delivery(record, partition=msg.partition(), offset=msg.offset()))
+                # Delivery(record, partition=…, offset=…), built without the keyword call: once a record.
+                on_done(_new_tuple(Delivery, (record, None, False, msg.partition(), msg.offset(), False)))
             else:
                 on_done(
                     Delivery(
@@ -168,17 +177,15 @@ class KafkaPublisher:
                     )
                 )
 
-        kwargs: dict[str, Any] = {
-            "key": record.key.encode("utf-8"),
-            "value": record.value,
-            "headers": list(record.headers) or None,
-            "on_delivery": delivered,
-        }
-        if record.partition is not None:
-            kwargs["partition"] = record.partition
+        raw_key = key.encode("utf-8")
+        listed: list[tuple[str, str | bytes | None]] | None = list(headers) if headers else None
         while True:
             try:
-                producer.produce(record.topic, **kwargs)
+                # Positional where produce() allows it: a keyword dict per record costs 0.3 µs.
+                if partition is None:
+                    producer.produce(topic, value, raw_key, on_delivery=delivered, headers=listed)
+                else:
+                    producer.produce(topic, value, raw_key, partition, on_delivery=delivered, headers=listed)
                 return
             except BufferError:
                 # librdkafka's local queue is full: wait for deliveries to drain, then retry.

@@ -79,6 +79,10 @@ class Publisher(Protocol):
 
     def send(self, record: MarkedRecord, on_done: Callable[[Delivery], None]) -> None: ...
 
+    # A publisher whose ``send`` only queues the record (it never waits on the destination, only
+    # on a full local queue) sets ``inline = True``: the engine then calls it on the thread that
+    # dispatched the records, with no send threads (``sendConcurrency``, ``sendBuffer``) between.
+    #
     # A publisher may also offer ``send_many(records, on_done)``: the records in order, at once,
     # with no synchronous failure part-way (it takes all or raises). The engine then hands it each
     # send batch whole.

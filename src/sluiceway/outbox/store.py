@@ -48,7 +48,9 @@ class SqlOutboxStore:
         if not ids:
             return
         if self.db.dialect is Dialect.POSTGRES:
-            params: dict[str, object] = {"ids": list(ids)}
+            # PostgreSQL's array literal, cast in the SQL: psycopg dumps a list element by element
+            # in Python (a tenth of the purge thread's time); str.join does it in C.
+            params: dict[str, object] = {"ids": "{" + ",".join(map(str, ids)) + "}"}
         elif self.db.dialect is Dialect.SQLITE:
             params = {"ids": json.dumps(list(ids))}
         else:

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sluiceway.errors import PublishError
 from sluiceway.harvest.engine import Engine
 from sluiceway.harvest.events import Event, LeaderRefreshed, RecordDeadLettered
 from sluiceway.harvest.ports import Delivery
@@ -26,11 +27,20 @@ class FakePublisher:
     """Delivers on a background thread; fails records by a rule; remembers what the broker got."""
 
     def __init__(
-        self, fail: Callable[[MarkedRecord], str | None] = lambda r: None, permanent: bool = False
+        self,
+        fail: Callable[[MarkedRecord], str | None] = lambda r: None,
+        permanent: bool = False,
+        *,
+        inline: bool = False,
+        refuse: Callable[[MarkedRecord], bool] = lambda r: False,
     ) -> None:
         self.log: list[tuple[str, int]] = []  # (key, record id) as the broker accepted them
         self.fail = fail
         self.permanent = permanent
+        #: As librdkafka's producer: send only queues, so the engine calls it with no send threads.
+        self.inline = inline
+        #: Records refused synchronously (``send`` raises), as a producer refuses a full queue.
+        self.refuse = refuse
         self.lock = threading.Lock()
         self.pending: list[tuple[MarkedRecord, Callable[[Delivery], None]]] = []
         self.cv = threading.Condition(self.lock)
@@ -39,6 +49,8 @@ class FakePublisher:
         self.thread.start()
 
     def send(self, record: MarkedRecord, on_done: Callable[[Delivery], None]) -> None:
+        if self.refuse(record):
+            raise PublishError("injected: refused")
         with self.cv:
             self.pending.append((record, on_done))
             self.cv.notify()
@@ -80,18 +92,29 @@ def assert_order(log: list[tuple[str, int]], ids_by_key: dict[str, list[int]]) -
         assert collapsed == ids, f"key {key}: {collapsed} != {ids}"
 
 
-def test_drains_in_per_key_order() -> None:
+@pytest.mark.parametrize("inline", [False, True], ids=["send-threads", "inline"])
+def test_drains_in_per_key_order(inline: bool) -> None:
     store = MemoryOutboxStore()
     ids = load(store, 2000, 37)
-    pub = FakePublisher()
+    pub = FakePublisher(inline=inline)
     run(store, pub, LIMITS, lambda: not store.rows)
     assert_order(pub.log, ids)
     assert len(pub.log) == 2000  # no failures: no duplicates
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10_000), fail_rate=st.floats(0.0, 0.2), keys=st.integers(1, 20))
-def test_random_delivery_failures_never_reorder_or_lose(seed: int, fail_rate: float, keys: int) -> None:
+@given(
+    seed=st.integers(0, 10_000),
+    fail_rate=st.floats(0.0, 0.2),
+    keys=st.integers(1, 20),
+    inline=st.booleans(),
+    refuse_rate=st.sampled_from([0.0, 0.05]),
+)
+def test_random_delivery_failures_never_reorder_or_lose(
+    seed: int, fail_rate: float, keys: int, inline: bool, refuse_rate: float
+) -> None:
+    """Failures reported later and refusals inside ``send`` (the next record of the key must be
+    held back at once), with send threads and inline (as the Kafka and journal publishers)."""
     rng = random.Random(seed)
     rng_lock = threading.Lock()
 
@@ -99,11 +122,15 @@ def test_random_delivery_failures_never_reorder_or_lose(seed: int, fail_rate: fl
         with rng_lock:
             return "injected" if rng.random() < fail_rate else None
 
+    def refuse(r: MarkedRecord) -> bool:
+        with rng_lock:
+            return rng.random() < refuse_rate
+
     store = MemoryOutboxStore()
     ids = load(store, 300, keys)
     for verb in ("mark", "purge", "reset"):
         store.fail_next(verb, applied=rng.random() < 0.5, times=rng.randrange(3))
-    pub = FakePublisher(fail)
+    pub = FakePublisher(fail, inline=inline, refuse=refuse)
     run(store, pub, LIMITS, lambda: not store.rows)
     assert_order(pub.log, ids)
 

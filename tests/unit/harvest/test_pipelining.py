@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sluiceway.errors import PublishError
 from sluiceway.harvest.engine import Engine
 from sluiceway.harvest.events import Event, KeyParked, LeaderRefreshed, RecordDeadLettered
 from sluiceway.harvest.ports import Delivery
@@ -33,8 +34,19 @@ class GaplessPublisher:
     librdkafka's producer with ``enable.gapless.guarantee``: once a record is dropped, the records
     of its key sent before that failure is reported (same leader id) are dropped too."""
 
-    def __init__(self, fail: Callable[[MarkedRecord], str | None] = lambda r: None, permanent: bool = False):
+    def __init__(
+        self,
+        fail: Callable[[MarkedRecord], str | None] = lambda r: None,
+        permanent: bool = False,
+        *,
+        inline: bool = False,
+        refuse: Callable[[MarkedRecord], bool] = lambda r: False,
+    ):
         self.fail, self.permanent = fail, permanent
+        self.inline = inline  # as librdkafka's producer: the engine sends with no send threads
+        #: Refused inside ``send`` (it raises, nothing is queued), as produce() on a full queue: the
+        #: key's next send would be taken, so the engine must hold the key's later records back.
+        self.refuse = refuse
         self.log: list[MarkedRecord] = []  # what the broker holds, in order
         self.cv = threading.Condition()
         self.queue: list[tuple[MarkedRecord, Callable[[Delivery], None]]] = []
@@ -44,6 +56,8 @@ class GaplessPublisher:
         self.thread.start()
 
     def send(self, record: MarkedRecord, on_done: Callable[[Delivery], None]) -> None:
+        if self.refuse(record):
+            raise PublishError("injected: refused")
         with self.cv:
             self.queue.append((record, on_done))
             self.cv.notify()
@@ -140,10 +154,11 @@ class InOrderPurges(MemoryOutboxStore):
 PIPELINED = dataclasses.replace(LIMITS, per_key_in_flight=4, max_in_flight_records=60)
 
 
-def test_pipelined_keys_drain_once_each_in_order() -> None:
+@pytest.mark.parametrize("inline", [False, True], ids=["send-threads", "inline"])
+def test_pipelined_keys_drain_once_each_in_order(inline: bool) -> None:
     store = InOrderPurges()
     ids = load(store, 1500, 3)
-    pub = GaplessPublisher()
+    pub = GaplessPublisher(inline=inline)
     run(store, pub, PIPELINED, lambda: not store.rows)
     assert per_key(pub.log) == ids  # no failure: every record exactly once
 
@@ -154,10 +169,13 @@ def test_pipelined_keys_drain_once_each_in_order() -> None:
     fail_rate=st.floats(0.0, 0.15),
     keys=st.integers(1, 12),
     per_key_in_flight=st.sampled_from([2, 8]),
+    inline=st.booleans(),
+    refuse_rate=st.sampled_from([0.0, 0.05]),
 )
 def test_random_failures_re_send_only_suffixes(
-    seed: int, fail_rate: float, keys: int, per_key_in_flight: int
+    seed: int, fail_rate: float, keys: int, per_key_in_flight: int, inline: bool, refuse_rate: float
 ) -> None:
+    """Failures reported later and refusals inside ``send``, with send threads and inline."""
     rng, lock = random.Random(seed), threading.Lock()
 
     def fail(r: MarkedRecord) -> str | None:
@@ -166,11 +184,15 @@ def test_random_failures_re_send_only_suffixes(
                 return None
             return DROPPED if rng.random() < 0.5 else ACK_LOST
 
+    def refuse(r: MarkedRecord) -> bool:
+        with lock:
+            return rng.random() < refuse_rate
+
     store = InOrderPurges()
     ids = load(store, 300, keys)
     for verb in ("mark", "purge", "reset"):
         store.fail_next(verb, applied=rng.random() < 0.5, times=rng.randrange(3))
-    pub = GaplessPublisher(fail)
+    pub = GaplessPublisher(fail, inline=inline, refuse=refuse)
     limits = dataclasses.replace(PIPELINED, per_key_in_flight=per_key_in_flight)
     run(store, pub, limits, lambda: not store.rows)
     assert_resent_suffixes(pub.log, ids)

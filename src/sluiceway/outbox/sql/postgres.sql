@@ -91,7 +91,7 @@ RETURNING {raw_columns}
 
 -- name: purge
 -- Acknowledged rows go in one statement per batch, never one round trip per record.
-DELETE FROM {outbox} WHERE id = ANY(%(ids)s)
+DELETE FROM {outbox} WHERE id = ANY(%(ids)s::bigint[])
 
 -- name: reset
 -- A failed delivery puts the row back in scope for the marker (only if we still own it).
