@@ -80,7 +80,9 @@ def ceiling(dsn: str, batch: int) -> float:
             ).fetchall()
             if not rows:
                 break
-            conn.execute("DELETE FROM outbox WHERE id = ANY(%s)", ([r[0] for r in rows],))
+            # The ids as PostgreSQL's array literal, as the harvester's purge sends them.
+            ids = "{" + ",".join(str(r[0]) for r in rows) + "}"
+            conn.execute("DELETE FROM outbox WHERE id = ANY(%s::bigint[])", (ids,))
             total += len(rows)
         return total / (time.perf_counter() - start)
 

@@ -154,12 +154,25 @@ class RabbitMqClient:
                 delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
             )
             try:
-                await exchange.publish(amqp, message.topic, mandatory=mandatory, timeout=timeout)
+                await exchange.publish(amqp, message.topic, mandatory=mandatory)
             except Exception as exc:
                 return map_error(exc, "publish", message.topic)
             return Ack()
 
-        outcomes = list(await asyncio.gather(*(one(m) for m in messages)))
+        # One timeout for the burst, not publish(timeout=…) per message: that wraps each publish in
+        # a task of its own (asyncio.wait_for), twice the tasks for the same wait. The messages
+        # of a burst start together, so a confirm missing ``timeout`` s after the burst is one
+        # missing ``timeout`` s after its own publish.
+        tasks = [asyncio.ensure_future(one(m)) for m in messages]
+        _done, late = await asyncio.wait(tasks, timeout=timeout)
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.gather(*late, return_exceptions=True)
+        outcomes = [
+            map_error(TimeoutError(), "publish", m.topic) if task.cancelled() else task.result()
+            for m, task in zip(messages, tasks, strict=True)
+        ]
         if not self._healthy():
             await self._drop()  # the next attempt reconnects
         return outcomes

@@ -48,6 +48,10 @@ def to_message(record: MarkedRecord, prefix: str) -> Message:
 class BrokerPublisher:
     """Publishes outbox records to one broker; see the module docstring."""
 
+    #: ``send_many`` only hands the records to the sender's event loop: the engine calls it inline,
+    #: with each dispatched batch whole (no send threads, no ``sendBuffer``-sized pieces).
+    inline = True
+
     def __init__(self, target: Target, *, prefix: str, may_send: Callable[[], bool] = lambda: True) -> None:
         self.target = target
         self.broker = target.type

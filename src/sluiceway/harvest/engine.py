@@ -135,6 +135,10 @@ class Term:
         # (two lock round trips and a wake-up per few records). ``sendConcurrency`` and
         # ``sendBuffer`` shape the send threads of the others.
         self._inline = bool(getattr(engine.publisher, "inline", False))
+        # Publishers that take a batch at once (the NATS, RabbitMQ and Redis ones) get it whole.
+        self._send_many: Callable[[list[MarkedRecord], Callable[[Delivery], None]], None] | None = getattr(
+            engine.publisher, "send_many", None
+        )
         self._shards = (
             []
             if self._inline
@@ -337,7 +341,7 @@ class Term:
         if not records:
             return
         if self._inline:
-            self._send(records, None)
+            self._send(records, self._send_many)
             return
         n = len(self._shards)
         todo: dict[int, list[MarkedRecord]] = {}
@@ -371,16 +375,11 @@ class Term:
     # -- shard senders -------------------------------------------------------------------------
     def _shard_loop(self, index: int) -> None:
         shard = self._shards[index]
-        publisher = self.engine.publisher
-        # Publishers that take a batch at once (the NATS, RabbitMQ and Redis ones) get it whole.
-        send_many: Callable[[list[MarkedRecord], Callable[[Delivery], None]], None] | None = getattr(
-            publisher, "send_many", None
-        )
         while True:
             batch = shard.take()
             if batch is None:
                 return
-            self._send(batch, send_many)
+            self._send(batch, self._send_many)
 
     def _send(
         self,
