@@ -87,6 +87,38 @@ def test_a_kafka_sink_whose_broker_goes_away_blames_no_record(private_kafka: Bro
     assert_no_record_blamed(result, f"kafka {private_kafka.bootstrap}: ")
 
 
+@pytest.mark.kafka
+def test_a_kafka_producer_is_kept_for_the_next_task_but_never_after_a_failed_write(
+    private_kafka: Broker,
+) -> None:
+    """Each Spark task makes its writer and closes it; the producer outlives it (a new idempotent
+    producer waits half a second for its id), unless the write failed."""
+    topic = private_kafka.create_topic("kept", partitions=1)
+    config = {"bootstrap.servers": private_kafka.bootstrap, "message.timeout.ms": "3000"}
+    used: list[object] = []
+
+    def task(batch: int) -> PartResult:
+        sink = KafkaSink(topic, config)
+        try:
+            result = write(sink, records(3, first=3 * batch), batch=batch)
+            used.append(sink._client)
+            return result
+        finally:
+            sink.close()
+
+    assert task(0).ok and task(1).ok
+    assert used[1] is used[0]  # the second task's writer took the first one's producer
+    private_kafka.stop()
+    assert not task(2).ok
+    assert_no_record_blamed(task(3), f"kafka {private_kafka.bootstrap}: ")
+    assert used[2] is None and used[3] is None  # a failed write drops its producer...
+    other = KafkaSink(topic, config)
+    try:
+        assert other._open() is not used[0]  # ...and it is never handed out again
+    finally:
+        other._drop()
+
+
 # --- a broker sink (Redis) behind a proxy that is cut ---------------------------------------------
 @pytest.fixture
 def stream() -> Iterator[str]:

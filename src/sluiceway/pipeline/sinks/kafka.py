@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -74,11 +76,80 @@ def failure(exc: KafkaDeliveryError, client_errors: list[Any], servers: str) -> 
     return exc
 
 
+#: Seconds a kept producer may sit unused before it is closed rather than taken again (a broker
+#: may forget an idle producer id; a producer that old would only save its start-up anyway).
+KEEP_IDLE = 60.0
+#: Idle producers kept per configuration (one per task running at once in a process is enough).
+KEEP_AT_MOST = 4
+
+
+class _Kept:
+    """A producer and where its error callback reports: the sink that holds it now."""
+
+    __slots__ = ("idle_since", "producer", "report_to")
+
+    def __init__(self) -> None:
+        self.producer: Any = None
+        self.report_to: Callable[[Any], None] | None = None
+        self.idle_since = 0.0
+
+    def error(self, err: Any) -> None:
+        report = self.report_to
+        if report is not None:
+            report(err)
+
+
+class _ProducerShelf:
+    """Producers kept across writes in one process, per configuration.
+
+    A task's writer is made for its batch and closed after it; a new idempotent producer waits
+    about half a second for its producer id before it delivers anything, which cost every task of
+    every micro-batch that long. Spark reuses its Python workers, so a writer takes a producer
+    left by an earlier task of this process (every record it had was acknowledged: it is put back
+    only after a flush that left nothing), and a failed write's producer is never put back.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: dict[tuple[tuple[str, str], ...], list[_Kept]] = {}
+
+    def take(self, key: tuple[tuple[str, str], ...]) -> _Kept | None:
+        stale: list[_Kept] = []
+        kept = None
+        with self._lock:
+            idle = self._idle.get(key, [])
+            now = time.monotonic()
+            while idle:
+                candidate = idle.pop()
+                if now - candidate.idle_since <= KEEP_IDLE:
+                    kept = candidate
+                    break
+                stale.append(candidate)
+        for old in stale:
+            old.producer.flush(0)
+        return kept
+
+    def put(self, key: tuple[tuple[str, str], ...], kept: _Kept) -> None:
+        kept.report_to = None
+        kept.idle_since = time.monotonic()
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            if len(idle) < KEEP_AT_MOST:
+                idle.append(kept)
+                return
+        kept.producer.flush(0)
+
+
+_SHELF = _ProducerShelf()
+
+
 class KafkaSink(ClientSink[Any]):
     def __init__(self, topic: str | None, config: dict[str, str]) -> None:
         self.topic = topic
         # Idempotent producer by default: broker-side retries cannot reorder or duplicate a key.
         self.config = {"enable.idempotence": "true", "linger.ms": "5", **config}
+        self._key = tuple(sorted((str(k), str(v)) for k, v in self.config.items()))
+        self._kept: _Kept | None = None
         # What librdkafka reports about the connection (its error callback runs inside flush()).
         self._client_errors: list[Any] = []
         self._lock = threading.Lock()
@@ -96,7 +167,13 @@ class KafkaSink(ClientSink[Any]):
         from confluent_kafka import Producer
 
         self._client_errors = []
-        return Producer({**self.config, "error_cb": self._client_error})
+        kept = _SHELF.take(self._key)
+        if kept is None:
+            kept = _Kept()
+            kept.producer = Producer({**self.config, "error_cb": kept.error})
+        kept.report_to = self._client_error
+        self._kept = kept
+        return kept.producer
 
     def _write(self, producer: Any, table: pa.Table, token: str) -> None:
         produce_table(producer, table, self.topic, give_up=self._refused)
@@ -110,9 +187,12 @@ class KafkaSink(ClientSink[Any]):
 
     def _discard(self, producer: Any) -> None:
         """A fresh producer after a failure: no stale queue, no fatal idempotence state (the
-        write is retried whole)."""
+        write is retried whole). This one is not kept."""
+        self._kept = None
         producer.purge()
         producer.flush(0)
 
     def _release(self, producer: Any) -> None:
-        producer.flush(5)
+        kept, self._kept = self._kept, None
+        if producer.flush(5) == 0 and kept is not None and kept.producer is producer:
+            _SHELF.put(self._key, kept)  # nothing left in it: the next writer here takes it
