@@ -352,6 +352,47 @@ def bench_outbox(spark: object, rows: int, work: str) -> dict[str, float]:
         }
 
 
+def outbox_only(rows: int, rounds: int) -> None:
+    """(2) alone: a warm-up run (Spark's first micro-batches, the Python workers' imports), then
+    ``rounds`` runs, each the pipeline and then the harvester on the same rows; the median of
+    the per-round ratios."""
+    import statistics
+
+    from sluiceway.pipeline import build_session, register_sources
+
+    spark = build_session("local[2]", app_name="bench-pipeline-outbox")
+    register_sources(spark)
+    runs: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-") as work:
+        for r in range(rounds + 1):
+            run = bench_outbox(spark, rows, os.path.join(work, str(r)))
+            print(f"run {r}{' (warm-up)' if r == 0 else ''}: {run}", file=sys.stderr)
+            if r:
+                runs.append(run)
+    spark.stop()  # type: ignore[attr-defined]
+    source = [r["outbox_to_kafka_rps"] for r in runs]
+    harvest = [r["harvest_to_kafka_rps"] for r in runs]
+    ratios = [s / h for s, h in zip(source, harvest, strict=True)]
+    report(
+        f"pipeline outbox → Kafka beside the harvester: {rows:,} rows, {rounds} rounds after a warm-up",
+        [
+            ("outbox source → Kafka, records/s", " / ".join(f"{x:,.0f}" for x in source)),
+            ("harvester → Kafka, records/s", " / ".join(f"{x:,.0f}" for x in harvest)),
+            (
+                "source / harvester (target >= 0.5)",
+                f"{statistics.median(ratios):.2f}  (rounds {', '.join(f'{x:.2f}' for x in ratios)})",
+            ),
+        ],
+        {
+            "bench": "pipeline-outbox",
+            "outbox_to_kafka_rps": round(statistics.median(source)),
+            "harvest_to_kafka_rps": round(statistics.median(harvest)),
+            "ratio": round(statistics.median(ratios), 3),
+            "ratios": [round(x, 3) for x in ratios],
+        },
+    )
+
+
 def outbox_left(dsn: str) -> int:
     from sluiceway.db import Database
 
@@ -370,7 +411,16 @@ def main() -> None:
     ap.add_argument(
         "--mirror-batch", type=int, default=100_000, help="changes per micro-batch in the mirror measure"
     )
+    ap.add_argument(
+        "--outbox-only",
+        type=int,
+        metavar="ROUNDS",
+        help="only (2): ROUNDS runs of outbox → Kafka beside the harvester, after one warm-up run",
+    )
     args = ap.parse_args()
+    if args.outbox_only:
+        outbox_only(args.outbox, args.outbox_only)
+        return
 
     from _arrow_source import ArrowFileSource
     from sluiceway.pipeline import build_session, register_sources

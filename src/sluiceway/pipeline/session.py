@@ -70,6 +70,12 @@ def build_session(
         # A local session listens on loopback only (and logs warnings rather than Spark's
         # chatter: session_settings).
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # Its Python workers import PySpark's cached bytecode rather than compiling Spark's zip
+        # of it (workersite/sitecustomize.py): they inherit the driver JVM's PYTHONPATH.
+        site = str(Path(__file__).with_name("workersite"))
+        paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if site not in paths:
+            os.environ["PYTHONPATH"] = os.pathsep.join([site, *paths])
     from pyspark.sql import SparkSession
 
     builder: Any = SparkSession.builder.appName(app_name)
