@@ -15,17 +15,16 @@ SITE = Path(__file__).resolve().parents[3] / "src" / "sluiceway" / "pipeline" / 
 SPARK_ZIP = Path(pyspark.__file__).parent / "python" / "lib" / "pyspark.zip"
 
 
+def run_python(code: str, *path: Path) -> str:
+    """What a new interpreter with ``path`` as PYTHONPATH prints running ``code``."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(p) for p in path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
 def where_pyspark_comes_from(*path: Path) -> str:
     """The file ``pyspark`` is imported from by a new interpreter with ``path`` as PYTHONPATH."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(p) for p in path))
-    out = subprocess.run(
-        [sys.executable, "-c", "import pyspark; print(pyspark.__file__)"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return out.stdout.strip()
+    return run_python("import pyspark; print(pyspark.__file__)", *path)
 
 
 def test_spark_zip_first_on_the_path_is_replaced_by_the_installed_package() -> None:
@@ -49,12 +48,7 @@ def test_the_interpreters_own_sitecustomize_still_runs(tmp_path: Path) -> None:
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     (theirs / "sitecustomize.py").write_text("import builtins\nbuiltins.THEIRS_RAN = True\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SPARK_ZIP), str(SITE), str(theirs)]))
-    out = subprocess.run(
-        [sys.executable, "-c", "import builtins, pyspark; print(builtins.THEIRS_RAN, pyspark.__file__)"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
+    out = run_python(
+        "import builtins, pyspark; print(builtins.THEIRS_RAN, pyspark.__file__)", SPARK_ZIP, SITE, theirs
     )
-    assert out.stdout.split() == ["True", pyspark.__file__]
+    assert out.split() == ["True", pyspark.__file__]
