@@ -85,3 +85,27 @@ def test_an_interrupt_drops_the_client_too() -> None:
     with pytest.raises(KeyboardInterrupt):
         sink.write(TABLE, "t1")
     assert sink.opened[0].ended == "discarded" and sink.seen_at_failure is None
+
+
+def test_a_kept_kafka_producer_is_closed_once_idle_past_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shelf of producers the Kafka sink's tasks share (per worker process): taken again while
+    fresh; closed by the sweeper once idle longer than KEEP_IDLE, never handed out after."""
+    from sluiceway.pipeline.sinks import kafka
+    from sluiceway.testing import wait_until
+
+    monkeypatch.setattr(kafka, "KEEP_IDLE", 0.2)
+    shelf, key = kafka._ProducerShelf(), (("bootstrap.servers", "127.0.0.1:9"),)
+    flushed: list[float] = []
+
+    class Producer:
+        def flush(self, timeout: float) -> int:
+            flushed.append(timeout)
+            return 0
+
+    kept = kafka._Kept()
+    kept.producer = Producer()
+    shelf.put(key, kept)
+    assert shelf.take(key) is kept
+    shelf.put(key, kept)
+    wait_until(lambda: bool(flushed), timeout=5)
+    assert shelf.take(key) is None

@@ -112,6 +112,9 @@ class _ProducerShelf:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._idle: dict[tuple[tuple[str, str], ...], list[_Kept]] = {}
+        # Closes producers idle past KEEP_IDLE, so that one kept after the last batch does not
+        # stay connected (or keep retrying a broker gone away) for as long as the worker lives.
+        self._sweeper: threading.Thread | None = None
 
     def take(self, key: tuple[tuple[str, str], ...]) -> _Kept | None:
         stale: list[_Kept] = []
@@ -136,8 +139,31 @@ class _ProducerShelf:
             idle = self._idle.setdefault(key, [])
             if len(idle) < KEEP_AT_MOST:
                 idle.append(kept)
+                if self._sweeper is None:
+                    self._sweeper = threading.Thread(
+                        target=self._sweep, name="sluice-kafka-kept", daemon=True
+                    )
+                    self._sweeper.start()
                 return
         kept.producer.flush(0)
+
+    def _sweep(self) -> None:
+        while True:
+            time.sleep(KEEP_IDLE / 4)
+            with self._lock:
+                now = time.monotonic()
+                stale = [k for idle in self._idle.values() for k in idle if now - k.idle_since > KEEP_IDLE]
+                for key in list(self._idle):
+                    self._idle[key] = [k for k in self._idle[key] if k not in stale]
+                    if not self._idle[key]:
+                        del self._idle[key]
+                done = not self._idle
+                if done:
+                    self._sweeper = None
+            for old in stale:
+                old.producer.flush(0)  # and dropped: its connections close with it
+            if done:
+                return
 
 
 _SHELF = _ProducerShelf()
