@@ -169,6 +169,16 @@ class _ProducerShelf:
 _SHELF = _ProducerShelf()
 
 
+@functools.cache
+def _client_log() -> Any:
+    """One rate-limited librdkafka log for every producer of this process."""
+    import logging
+
+    from sluiceway.harvest.kafka import ClientLog
+
+    return ClientLog(logging.getLogger("sluiceway.pipeline.kafka"))
+
+
 class KafkaSink(ClientSink[Any]):
     def __init__(self, topic: str | None, config: dict[str, str]) -> None:
         self.topic = topic
@@ -196,7 +206,10 @@ class KafkaSink(ClientSink[Any]):
         kept = _SHELF.take(self._key)
         if kept is None:
             kept = _Kept()
-            kept.producer = Producer({**self.config, "error_cb": kept.error})
+            # librdkafka's own log through Python's logging, a warning per 10 s at most (as the
+            # harvester's clients), not a line per failed connection attempt on stderr; it is
+            # delivered inside poll()/flush(), so a kept producer sitting idle prints nothing.
+            kept.producer = Producer({"logger": _client_log(), **self.config, "error_cb": kept.error})
         kept.report_to = self._client_error
         self._kept = kept
         return kept.producer
