@@ -1,9 +1,10 @@
-"""The MP/R engine: mark → (throttle, per-key window) → sharded send → purge / reset.
+"""The MP/R engine: mark → (throttle, per-key window) → send → purge / reset.
 
 One *term* runs while this process leads: a marker thread claims batches one ahead of the calling
-thread, which admits them (throttle, per-key window) and queues them; ``sendConcurrency`` shard
-threads hand records to the publisher (sharded by key hash, each queue bounded by
-``sendBuffer``); one purge/reset thread settles deliveries in batches. The engine talks only to
+thread, which admits them (throttle, per-key window) and sends them. A publisher whose ``send``
+only queues (``inline``: every built-in one) is called right there, on the dispatching thread;
+for any other, ``sendConcurrency`` shard threads hand records to it (sharded by key hash, each
+queue bounded by ``sendBuffer``). One purge/reset thread settles deliveries in batches. The engine talks only to
 ports (:mod:`sluiceway.harvest.ports`); adapters are injected.
 
 Failure rules (from goharvest, made explicit):
@@ -130,8 +131,8 @@ class Term:
         self.dispatcher = Dispatcher(self.limits.max_in_flight_records, self.limits.per_key_in_flight)
         self.leader_id = str(uuid.uuid4())
         self._room = threading.Condition()
-        # A publisher whose send only queues (librdkafka's producer, the journal's appender) is
-        # called straight from the dispatching thread: a send thread would only add a hand-off
+        # A publisher whose send only queues (librdkafka's producer, the journal's appender, the
+        # broker senders' event loop) is called straight from the dispatching thread: a send thread would only add a hand-off
         # (two lock round trips and a wake-up per few records). ``sendConcurrency`` and
         # ``sendBuffer`` shape the send threads of the others.
         self._inline = bool(getattr(engine.publisher, "inline", False))
@@ -386,7 +387,8 @@ class Term:
         batch: list[MarkedRecord],
         send_many: Callable[[list[MarkedRecord], Callable[[Delivery], None]], None] | None,
     ) -> None:
-        """Hand ``batch`` (one key's records in order) to the publisher, or abandon it."""
+        """Hand ``batch`` (in dispatch order: each key's records in id order) to the publisher,
+        or abandon it."""
         if self._stopping.is_set() or not self.should_run():
             # Shutting down, fenced or revoked: start no new sends (a deposed leader's late send
             # could land after its successor's); the rows stay marked for the next leader.
