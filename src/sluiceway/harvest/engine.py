@@ -4,8 +4,8 @@ One *term* runs while this process leads: a marker thread claims batches one ahe
 thread, which admits them (throttle, per-key window) and sends them. A publisher whose ``send``
 only queues (``inline``: every built-in one) is called right there, on the dispatching thread;
 for any other, ``sendConcurrency`` shard threads hand records to it (sharded by key hash, each
-queue bounded by ``sendBuffer``). One purge/reset thread settles deliveries in batches. The engine talks only to
-ports (:mod:`sluiceway.harvest.ports`); adapters are injected.
+queue bounded by ``sendBuffer``). One purge/reset thread settles deliveries in batches. The
+engine talks only to ports (:mod:`sluiceway.harvest.ports`); adapters are injected.
 
 Failure rules (from goharvest, made explicit):
 * a failed mark may have marked rows on the server: take a fresh leader id so they are re-marked;
@@ -132,9 +132,9 @@ class Term:
         self.leader_id = str(uuid.uuid4())
         self._room = threading.Condition()
         # A publisher whose send only queues (librdkafka's producer, the journal's appender, the
-        # broker senders' event loop) is called straight from the dispatching thread: a send thread would only add a hand-off
-        # (two lock round trips and a wake-up per few records). ``sendConcurrency`` and
-        # ``sendBuffer`` shape the send threads of the others.
+        # broker senders' event loop) is called straight from the dispatching thread: a send
+        # thread would only add a hand-off (two lock round trips and a wake-up per few records).
+        # ``sendConcurrency`` and ``sendBuffer`` shape the send threads of the others.
         self._inline = bool(getattr(engine.publisher, "inline", False))
         # Publishers that take a batch at once (the NATS, RabbitMQ and Redis ones) get it whole.
         self._send_many: Callable[[list[MarkedRecord], Callable[[Delivery], None]], None] | None = getattr(
