@@ -79,8 +79,10 @@ def harvest(postgres_dsn: str, tmp_path: Path) -> Iterator[tuple[Harvest, Path]]
 
 
 def test_an_idle_harvester_listens_and_a_new_row_wakes_it(
-    harvest: tuple[Harvest, Path], postgres_dsn: str, marks: list[float]
+    marks: list[float], harvest: tuple[Harvest, Path], postgres_dsn: str
 ) -> None:
+    # ``marks`` before ``harvest``: the count is in place before the harvester starts. After it,
+    # the harvester's one mark at start-up could come first, and then (idle, listening) no other.
     _, journal = harvest
     wait_until(lambda: len(marks) > 0, timeout=10)
     time.sleep(0.5)
