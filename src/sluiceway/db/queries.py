@@ -14,6 +14,7 @@ every dialect of a part defines the same names.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from functools import cache
 from importlib import resources
 
@@ -80,3 +81,17 @@ class QuerySet:
 
     def names(self) -> frozenset[str]:
         return frozenset(self._sql)
+
+
+def pg_bigint_array(values: Iterable[int]) -> str:
+    """A ``bigint[]`` parameter as PostgreSQL's array literal (``{1,2,3}``), cast in the SQL
+    (``= ANY(%(ids)s::bigint[])``).
+
+    psycopg dumps a list element by element in Python (for a purge of 500 ids, a tenth of the
+    harvester's purge thread; for the feed's completion, 0.4 µs an item per array); ``str.join``
+    does the same in C. Only for ints: nothing in them needs quoting.
+
+    >>> pg_bigint_array([1, 2, 3])
+    '{1,2,3}'
+    """
+    return "{" + ",".join(map(str, values)) + "}"

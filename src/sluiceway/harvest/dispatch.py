@@ -176,12 +176,7 @@ class Dispatcher:
         with self._lock:
             records = list(records)
             self._note_done([record.id for record in records])
-            pending = self._pending
-            refill: list[str] = []
-            for record in records:
-                self._leave(record)
-                if record.key in pending:
-                    refill.append(record.key)
+            refill = self._leave_settled(records)
             self._fill(sends)  # the oldest ready records first, then what the windows now let in
             for key in refill:
                 self._refill(key, sends)
@@ -276,6 +271,16 @@ class Dispatcher:
     def _leave(self, record: MarkedRecord) -> None:
         """An in-flight record leaves its window (settled or abandoned)."""
         raise NotImplementedError
+
+    def _leave_settled(self, records: list[MarkedRecord]) -> list[str]:
+        """Purged records leave their windows; return the keys with records pending behind."""
+        pending = self._pending
+        refill: list[str] = []
+        for record in records:
+            self._leave(record)
+            if record.key in pending:
+                refill.append(record.key)
+        return refill
 
     def _refill(self, key: str, sends: list[MarkedRecord]) -> None:
         """Move a key's pending records into its window while it has room."""
@@ -402,28 +407,20 @@ class Barrier(Dispatcher):
                 plan.failures.append(Failure(record.key, entry[RECORD]))
         return plan
 
-    def settle(self, records: Iterable[MarkedRecord]) -> list[MarkedRecord]:
-        # Dispatcher.settle with _leave unrolled: this runs once for every record purged.
-        sends: list[MarkedRecord] = []
-        with self._lock:
-            records = list(records)
-            self._note_done([record.id for record in records])
-            windows, pending = self._windows, self._pending
-            refill: list[str] = []
-            for record in records:
-                key = record.key
-                entry = windows.get(key)
-                if entry is None or entry[STATE] in (READY, FAILED) or entry[RECORD].id != record.id:
-                    raise _not_in_flight(record, "settled")
-                del windows[key]
-                if key in pending:
-                    refill.append(key)
-            self._flying -= len(records)
-            self._fill(sends)
-            for key in refill:
-                self._refill(key, sends)
-            self._room.notify_all()
-        return sends
+    def _leave_settled(self, records: list[MarkedRecord]) -> list[str]:
+        # _leave unrolled: this runs once for every record purged.
+        windows, pending = self._windows, self._pending
+        refill: list[str] = []
+        for record in records:
+            key = record.key
+            entry = windows.get(key)
+            if entry is None or entry[STATE] in (READY, FAILED) or entry[RECORD].id != record.id:
+                raise _not_in_flight(record, "settled")
+            del windows[key]
+            self._flying -= 1
+            if key in pending:
+                refill.append(key)
+        return refill
 
     def _dispatch(self, entry: _Entry) -> None:
         record = entry[RECORD]
