@@ -38,13 +38,34 @@ def test_goharvests_sample_data_source_is_warned_about_when_the_harvester_loads_
     # Its "password= dbname=postgres" gives libpq no database name (harmless only because the user
     # is also called postgres). Constructing the harvester connects to nothing.
     Harvest(HarvestConfig.from_file(write(tmp_path, GOHARVEST_YAML)))
-    (record,) = [r for r in caplog.records if r.name == "sluiceway.harvest"]
-    assert record.levelname == "WARNING"
+    (record,) = [r for r in caplog.records if r.name == "sluiceway.harvest" and r.levelname == "WARNING"]
     assert record.getMessage().startswith("dataSource: password= is empty but followed by a space")
     caplog.clear()
     fixed = GOHARVEST_YAML.replace("password= dbname", "password='' dbname")
     Harvest(HarvestConfig.from_file(write(tmp_path, fixed)))
-    assert not [r for r in caplog.records if r.name == "sluiceway.harvest"]
+    assert not [r for r in caplog.records if r.name == "sluiceway.harvest" and r.levelname == "WARNING"]
+
+
+def test_goharvests_send_thread_limits_load_and_the_harvester_says_once_they_do_not_apply(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="sluiceway.harvest")
+    Harvest(HarvestConfig.from_file(write(tmp_path, GOHARVEST_YAML)))
+    said = [r.getMessage() for r in caplog.records if "send threads" in r.getMessage()]
+    assert said == [
+        "limits.sendConcurrency and limits.sendBuffer: not used for kafka localhost:9092, which is "
+        "sent to without send threads; limits.maxInFlightRecords (1000) bounds the records in flight"
+    ]
+    caplog.clear()
+    journal = {"dataSource": "sqlite:///app.db", "journal": {"path": str(tmp_path / "j")}}
+    Harvest(HarvestConfig.from_dict({"harvest": {**journal, "limits": {"sendBuffer": 50}}}))
+    assert [r.getMessage() for r in caplog.records if "send threads" in r.getMessage()] == [
+        f"limits.sendBuffer: not used for journal {tmp_path / 'j'}, which is sent to without send "
+        "threads; limits.maxInFlightRecords (1000) bounds the records in flight"
+    ]
+    caplog.clear()
+    Harvest(HarvestConfig.from_dict({"harvest": journal}))  # unset: nothing to say
+    assert not [r for r in caplog.records if "send threads" in r.getMessage()]
 
 
 def test_goharvest_defaults() -> None:

@@ -47,6 +47,22 @@ def engine_limits(config: HarvestConfig) -> EngineLimits:
     )
 
 
+def _say_send_threads_do_not_apply(config: HarvestConfig) -> None:
+    """goharvest's ``sendConcurrency`` and ``sendBuffer`` shape send threads; every built-in
+    destination is sent to from the dispatching thread, without them. A file that sets them (a
+    goharvest one, say) loads as before; its author is told once what bounds the sends instead."""
+    lim = config.harvest.limits
+    named = [k for k, v in (("sendConcurrency", lim.send_concurrency), ("sendBuffer", lim.send_buffer)) if v]
+    if named:
+        log.info(
+            "limits.%s: not used for %s, which is sent to without send threads; "
+            "limits.maxInFlightRecords (%d) bounds the records in flight",
+            " and limits.".join(named),
+            config.harvest.describe_destination(),
+            config.limits.max_in_flight_records,
+        )
+
+
 class Harvest:
     """Harvests an outbox while this process is the elected leader.
 
@@ -78,6 +94,8 @@ class Harvest:
             # The data source is used: say now if it does not say what its author meant.
             for warning in dsn_warnings(h.data_source):
                 log.warning("dataSource: %s", warning)
+        if publisher_factory is None:
+            _say_send_threads_do_not_apply(config)
         self._source: OutboxLocation | None = None
         self._checks_source = store_factory is None
         self._store_factory = store_factory or self._default_store_factory()
