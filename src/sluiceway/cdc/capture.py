@@ -19,8 +19,8 @@ Three threads, one job each:
   group commit whose size follows the load;
 * the **copier** (while a copy runs) takes chunks with the DBLog watermark method: ``L``, the
   chunk's rows under a fresh snapshot, saved, ``H``. The watermarks come back through the
-  stream, where the appender puts the chunk's rows in place. At most one chunk is read ahead
-  of what the appender has appended, so chunk files stay few.
+  stream, where the appender puts the chunk's rows in place. At most two chunks are read
+  ahead of what the appender has appended (``read_ahead``), so chunk files stay few.
 
 Restart after a crash: the target's position (a journal register committed with the records)
 says where to resume; the server resends from the slot's confirmed position, which is never
