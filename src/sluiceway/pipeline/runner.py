@@ -259,7 +259,7 @@ class Pipeline:
                 break
             if deadline is not None and time.monotonic() >= deadline:
                 break
-            self._stop.wait(0.2)
+            self._await_a_query(0.2)
             self._report_failures()
             if self.capture is not None and self.capture.error is not None:
                 # The sinks cannot get further than the capture: stop them, say why in one line.
@@ -269,6 +269,17 @@ class Pipeline:
         if self._stop.is_set():
             self.stop()
         return {s: self.outcome(s) for s in self.queries}
+
+    def _await_a_query(self, seconds: float) -> None:
+        """Up to ``seconds`` for the first running query to end: at once when it does, so a
+        ``--once`` run returns when its last batch is committed, not at the next poll."""
+        query = next((q for q in self.queries.values() if q.isActive), None)
+        if query is None:
+            return
+        try:
+            query.awaitTermination(seconds)
+        except Exception:  # it failed: what ended it is read by outcome()
+            log.debug("pipeline %s: query %s ended with an error", self.spec.name, query.name)
 
     def _report_failures(self) -> None:
         for sink in self.queries:
