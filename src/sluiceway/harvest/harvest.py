@@ -52,7 +52,8 @@ def _say_send_threads_do_not_apply(config: HarvestConfig) -> None:
     destination is sent to from the dispatching thread, without them. A file that sets them (a
     goharvest one, say) loads as before; its author is told once what bounds the sends instead."""
     lim = config.harvest.limits
-    named = [k for k, v in (("sendConcurrency", lim.send_concurrency), ("sendBuffer", lim.send_buffer)) if v]
+    given = (("sendConcurrency", lim.send_concurrency), ("sendBuffer", lim.send_buffer))
+    named = [key for key, value in given if value is not None]
     if named:
         log.info(
             "limits.%s: not used for %s, which is sent to without send threads; "

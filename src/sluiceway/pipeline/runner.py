@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -255,11 +255,13 @@ class Pipeline:
         """Block until every query has ended (or a stop was requested, or ``timeout``)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._stop.is_set():
-            if not any(q.isActive for q in self.queries.values()):
+            running = [q for q in self.queries.values() if q.isActive]
+            if not running:
                 break
             if deadline is not None and time.monotonic() >= deadline:
                 break
-            self._await_a_query(0.2)
+            # On the query itself, not a sleep: a --once run returns as its last batch commits.
+            _await_end(running[0], 0.2)
             self._report_failures()
             if self.capture is not None and self.capture.error is not None:
                 # The sinks cannot get further than the capture: stop them, say why in one line.
@@ -269,17 +271,6 @@ class Pipeline:
         if self._stop.is_set():
             self.stop()
         return {s: self.outcome(s) for s in self.queries}
-
-    def _await_a_query(self, seconds: float) -> None:
-        """Up to ``seconds`` for the first running query to end: at once when it does, so a
-        ``--once`` run returns when its last batch is committed, not at the next poll."""
-        query = next((q for q in self.queries.values() if q.isActive), None)
-        if query is None:
-            return
-        try:
-            query.awaitTermination(seconds)
-        except Exception:  # it failed: what ended it is read by outcome()
-            log.debug("pipeline %s: query %s ended with an error", self.spec.name, query.name)
 
     def _report_failures(self) -> None:
         for sink in self.queries:
@@ -390,6 +381,13 @@ def _await(query: Any) -> None:
     except Exception as exc:  # the outcome is read from the query and the state file
         if StepPaused.MARKER not in str(exc) and "SinkFailed" not in str(exc):
             raise PipelineError(f"query {query.name} failed: {summarize(str(exc))}") from None
+
+
+def _await_end(query: Any, seconds: float) -> None:
+    """Up to ``seconds`` for ``query`` to end, returning at once when it does. A query that
+    failed raises here; what ended it is read by :meth:`Pipeline.outcome`."""
+    with suppress(Exception):
+        query.awaitTermination(seconds)
 
 
 def _trigger_active(query: Any) -> bool:
