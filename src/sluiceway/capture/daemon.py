@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,8 +34,9 @@ from sluiceway.cdc.errors import SlotInUseError, StreamInterrupted
 from sluiceway.cdc.pgoutput import format_lsn
 from sluiceway.cdc.postgres import CdcSession
 from sluiceway.db.dsn import parse_dsn
-from sluiceway.election.protocol import LeaderElection
-from sluiceway.errors import DatabaseError, DatabaseUnavailableError, PublishError, SluicewayError
+from sluiceway.election.elected import Elected
+from sluiceway.election.protocol import ElectionListener, LeaderElection
+from sluiceway.errors import DatabaseError, DatabaseUnavailableError, PublishError
 from sluiceway.harvest.ports import Publisher
 
 log = logging.getLogger("sluiceway.capture")
@@ -45,12 +45,15 @@ log = logging.getLogger("sluiceway.capture")
 TRANSIENT = (StreamInterrupted, DatabaseUnavailableError, DeliveryFailed, SlotInUseError)
 
 
-class Capture:
+class Capture(Elected):
     """Captures while elected. ``check()``, ``start()``, ``wait()``, ``stop()`` (or a ``with``).
 
     >>> with Capture("capture.yaml") as capture:      # doctest: +SKIP
     ...     capture.wait(timeout=60)
     """
+
+    kind = "capture"
+    stop_wait = 60.0
 
     def __init__(
         self,
@@ -59,6 +62,7 @@ class Capture:
         election: LeaderElection | None = None,
         publisher_factory: Callable[[int], Publisher] | None = None,
     ) -> None:
+        super().__init__()
         if isinstance(config, dict):
             config = CaptureConfig.from_dict(config)
         elif isinstance(config, str | Path):
@@ -79,10 +83,6 @@ class Capture:
         self.meter = CaptureMeter(c.name, c.destination)
         self.election = election or self._default_election()
         self._publisher_factory = publisher_factory or self._default_publisher_factory()
-        self._stopping = threading.Event()
-        self._leadership = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
         self._slot: SlotCapture | None = None
         #: Terms begun (a test and ``status`` read it).
         self.terms = 0
@@ -104,43 +104,6 @@ class Capture:
 
             check_broker(target)
 
-    def start(self) -> Capture:
-        if self._thread is not None:
-            raise SluicewayError("capture already started")
-        addr = self.config.capture.metrics_addr
-        if addr:
-            host, port = self.meter.serve(addr)
-            log.info("metrics on http://%s:%d/metrics", host, port)
-        self.election.start(_Listener(self))
-        self._thread = threading.Thread(target=self._run, name=f"sluice-capture-{self.name}", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop capturing (what is in flight is sent again by the next leader), release leadership."""
-        self._stopping.set()
-        self._wake()
-        slot = self._slot
-        if slot is not None:
-            slot.stop()
-        if self._thread is not None:
-            self._thread.join(60)
-        self.election.stop()
-        self.meter.close()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the capture ends; False on timeout; re-raises what stopped it."""
-        if self._thread is None:
-            raise SluicewayError("capture not started")
-        self._thread.join(timeout)
-        if self._error is not None:
-            raise self._error
-        return not self._thread.is_alive()
-
-    @property
-    def is_leader(self) -> bool:
-        return self.election.is_leader()
-
     @property
     def position(self) -> int:
         """Where this process's capture stands: every change before it is acknowledged by the
@@ -148,29 +111,29 @@ class Capture:
         slot = self._slot
         return slot.durable if slot is not None else self.meter.confirmed
 
-    def __enter__(self) -> Capture:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     # -- terms -----------------------------------------------------------------------------------
-    def _wake(self) -> None:
-        with self._leadership:
-            self._leadership.notify_all()
+    def _before_election(self) -> None:
+        addr = self.config.capture.metrics_addr
+        if addr:
+            host, port = self.meter.serve(addr)
+            log.info("metrics on http://%s:%d/metrics", host, port)
 
-    def _leading(self) -> bool:
-        return not self._stopping.is_set() and self.election.is_leader()
+    def _listener(self) -> ElectionListener:
+        return _Listener(self)
+
+    def _interrupt(self) -> None:
+        slot = self._slot
+        if slot is not None:
+            slot.stop()
+
+    def _close(self) -> None:
+        self.meter.close()
 
     def _run(self) -> None:
         outage: str | None = None
         try:
             while not self._stopping.is_set():
-                with self._leadership:
-                    self._leadership.wait_for(
-                        lambda: self._stopping.is_set() or self.election.is_leader(), 0.2
-                    )
-                if not self._leading():
+                if not self._await_leadership(0.2):
                     continue
                 try:
                     self._term(recovering=outage is not None)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sluiceway.db import Database, dsn_warnings
-from sluiceway.election.protocol import LeaderElection
+from sluiceway.election.elected import Elected
+from sluiceway.election.protocol import ElectionListener, LeaderElection
 from sluiceway.errors import PublisherFailedError, SluicewayError
 from sluiceway.harvest.config import HarvestConfig
 from sluiceway.harvest.engine import Engine, EngineLimits
@@ -64,7 +64,7 @@ def _say_send_threads_do_not_apply(config: HarvestConfig) -> None:
         )
 
 
-class Harvest:
+class Harvest(Elected):
     """Harvests an outbox while this process is the elected leader.
 
     >>> cfg = HarvestConfig.from_dict({"harvest": {               # doctest: +SKIP
@@ -77,6 +77,8 @@ class Harvest:
     by default they follow from the configuration.
     """
 
+    kind = "harvest"
+
     def __init__(
         self,
         config: HarvestConfig | dict[str, Any] | str | Path,
@@ -85,6 +87,7 @@ class Harvest:
         publisher_factory: Callable[[int], Publisher] | None = None,
         election: LeaderElection | None = None,
     ) -> None:
+        super().__init__()
         if isinstance(config, dict):
             config = HarvestConfig.from_dict(config)
         elif isinstance(config, str | Path):
@@ -103,10 +106,6 @@ class Harvest:
         self._publisher_factory = publisher_factory or self._default_publisher_factory()
         self.election = election or self._default_election()
         self._handler: EventHandler | None = None
-        self._stopping = threading.Event()
-        self._leadership = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
         self._ended_by_election = False
         self.engine = Engine(self._store_factory, _NoPublisher(), engine_limits(config), self._emit)
         self.name = h.name
@@ -116,17 +115,6 @@ class Harvest:
         """Receive events (LeaderAcquired, LeaderRefreshed, LeaderRevoked, LeaderFenced, MeterRead,
         RecordDeadLettered). Called from harvester threads: return quickly."""
         self._handler = handler
-
-    def start(self) -> Harvest:
-        if self._thread is not None:
-            raise SluicewayError("harvest already started")
-        self._prepare()
-        if self._spares is not None:
-            self._spares.prepare()  # warm a client while the election runs
-        self.election.start(_Listener(self))
-        self._thread = threading.Thread(target=self._run, name=f"sluice-harvest-{self.name}", daemon=True)
-        self._thread.start()
-        return self
 
     def check_source(self) -> OutboxLocation:
         """Connect to the outbox database, find the outbox table, and log which database that is.
@@ -157,38 +145,15 @@ class Harvest:
 
             check_broker(target)
 
-    def stop(self) -> None:
-        """Stop marking, let in-flight deliveries finish (or leave them for the next leader), release
-        leadership. Idempotent."""
-        self._stopping.set()
-        with self._leadership:
-            self._leadership.notify_all()
-        if self._thread is not None:
-            self._thread.join()
-        self.election.stop()
-        self._close_shared()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the harvester ends (``stop`` or a fatal error). Returns False on timeout;
-        re-raises a fatal error."""
-        if self._thread is None:
-            raise SluicewayError("harvest not started")
-        self._thread.join(timeout)
-        if self._error is not None:
-            raise self._error
-        return not self._thread.is_alive()
-
-    @property
-    def is_leader(self) -> bool:
-        return self.election.is_leader()
-
-    def __enter__(self) -> Harvest:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
     # -- internals ---------------------------------------------------------------------------
+    def _before_election(self) -> None:
+        self._prepare()
+        if self._spares is not None:
+            self._spares.prepare()  # warm a client while the election runs
+
+    def _listener(self) -> ElectionListener:
+        return _Listener(self)
+
     def _emit(self, event: Event) -> None:
         handler = self._handler
         if handler is not None:
@@ -202,15 +167,8 @@ class Harvest:
                 log.warning("outbox not reachable yet: %s", " ".join(str(exc).split()))
         try:
             while not self._stopping.is_set():
-                with self._leadership:
-                    self._leadership.wait_for(
-                        lambda: self._stopping.is_set() or self.election.is_leader(), timeout=0.1
-                    )
-                if self._stopping.is_set():
-                    break
-                if not self.election.is_leader():
-                    continue
-                self._term()
+                if self._await_leadership(0.1):
+                    self._term()
         except BaseException as exc:
             log.exception("harvester stopped by an error")
             self._error = exc
@@ -226,13 +184,10 @@ class Harvest:
         self.engine.publisher = publisher
         self._ended_by_election = False
 
-        def should_run() -> bool:
-            return not self._stopping.is_set() and self.election.is_leader()
-
         try:
             destination = self.config.harvest.describe_destination()
             self.engine.run_term(
-                should_run, on_start=lambda leader_id: self._emit(LeaderAcquired(leader_id, destination))
+                self._leading, on_start=lambda leader_id: self._emit(LeaderAcquired(leader_id, destination))
             )
         except PublisherFailedError as exc:
             # The client is spent (a fatal producer error): end this term; if we still lead, the
@@ -343,7 +298,7 @@ class Harvest:
             self._client_log = ClientLog()
         return self._client_log
 
-    def _close_shared(self) -> None:
+    def _close(self) -> None:
         if self._spares is not None:
             self._spares.close()
         if self._metrics is not None:
@@ -356,22 +311,18 @@ class _Listener:
     def __init__(self, harvest: Harvest) -> None:
         self.h = harvest
 
-    def _wake(self) -> None:
-        with self.h._leadership:
-            self.h._leadership.notify_all()
-
     def leader_acquired(self, epoch: int) -> None:
-        self._wake()
+        self.h._wake()
 
     def leader_revoked(self) -> None:
         self.h._ended_by_election = True
         self.h._emit(LeaderRevoked())
-        self._wake()
+        self.h._wake()
 
     def leader_fenced(self) -> None:
         self.h._ended_by_election = True
         self.h._emit(LeaderFenced())
-        self._wake()
+        self.h._wake()
 
 
 class _NoPublisher:
