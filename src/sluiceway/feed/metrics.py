@@ -36,6 +36,26 @@ PARTITION_EVENTS = (
     ("failed", "partitions_failed"),
 )
 
+#: The worker's other counters, one series each: name, help, ``WorkerStats`` field.
+WORKER_COUNTERS = (
+    ("sluice_feed_gates_advanced", "Gates this worker advanced", "gates_advanced"),
+    (
+        "sluice_feed_wakeups",
+        "Notifications that woke this worker from an idle rest (PostgreSQL wake-ups)",
+        "wakeups",
+    ),
+    (
+        "sluice_feed_rate_limited_waits",
+        "Rests this worker took because a rate limit had no token for work that was there",
+        "rate_waits",
+    ),
+    (
+        "sluice_feed_rate_limited_wait_seconds",
+        "Seconds of those rests (each until the next token was due)",
+        "rate_wait_seconds",
+    ),
+)
+
 
 class FeedMetrics:
     """Series for one worker on a private registry; ``feed`` labels them (the table prefix).
@@ -109,32 +129,10 @@ class FeedMetrics:
         for event, field in PARTITION_EVENTS:
             partitions.add_metric([self.feed, event], getattr(stats, field))
         yield partitions
-        gates = CounterMetricFamily(
-            "sluice_feed_gates_advanced", "Gates this worker advanced", labels=["feed"]
-        )
-        gates.add_metric([self.feed], stats.gates_advanced)
-        yield gates
-        wakeups = CounterMetricFamily(
-            "sluice_feed_wakeups",
-            "Notifications that woke this worker from an idle rest (PostgreSQL wake-ups)",
-            labels=["feed"],
-        )
-        wakeups.add_metric([self.feed], stats.wakeups)
-        yield wakeups
-        rate_waits = CounterMetricFamily(
-            "sluice_feed_rate_limited_waits",
-            "Rests this worker took because a rate limit had no token for work that was there",
-            labels=["feed"],
-        )
-        rate_waits.add_metric([self.feed], stats.rate_waits)
-        yield rate_waits
-        rate_seconds = CounterMetricFamily(
-            "sluice_feed_rate_limited_wait_seconds",
-            "Seconds of those rests (each until the next token was due)",
-            labels=["feed"],
-        )
-        rate_seconds.add_metric([self.feed], stats.rate_wait_seconds)
-        yield rate_seconds
+        for name, description, field in WORKER_COUNTERS:
+            counter = CounterMetricFamily(name, description, labels=["feed"])
+            counter.add_metric([self.feed], getattr(stats, field))
+            yield counter
         held = GaugeMetricFamily(
             "sluice_feed_partitions_held", "Partitions leased right now", labels=["feed"]
         )
