@@ -50,6 +50,9 @@ class Capture(Elected):
 
     >>> with Capture("capture.yaml") as capture:      # doctest: +SKIP
     ...     capture.wait(timeout=60)
+
+    ``stop`` waits up to 60 s for the term to end; what was in flight is sent again by the next
+    leader.
     """
 
     kind = "capture"

@@ -74,7 +74,8 @@ class Harvest(Elected):
     ...     harvest.wait(timeout=10)
 
     Collaborators can be injected for tests (``store_factory``, ``publisher_factory``, ``election``);
-    by default they follow from the configuration.
+    by default they follow from the configuration. ``stop`` lets in-flight deliveries finish (or
+    leaves them for the next leader) and releases leadership.
     """
 
     kind = "harvest"
