@@ -74,7 +74,13 @@ class IcebergLake:
         return int(kept) if kept is not None else _committed(table, app)
 
     def _create(self, schema: pa.Schema) -> Any:
-        self.catalog.create_namespace_if_not_exists(self.namespace)
+        try:
+            self.catalog.create_namespace_if_not_exists(self.namespace)
+        except Exception:
+            # Another writer created it between the catalog's look and its insert (a SQL catalog
+            # reports that as its database's unique-key error, not "already exists").
+            if not self.catalog.namespace_exists(self.namespace):
+                raise
         table = self.catalog.create_table_if_not_exists(self.identifier, schema=schema)
         if self.partition_by:
             spec = table.spec()
