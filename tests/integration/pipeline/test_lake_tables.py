@@ -51,3 +51,28 @@ def test_an_iceberg_mirror_batch_that_changes_nothing_still_records_its_batch(tm
     lake.mirror(changes(("a", "9", "delete", None)), [], keys, "app", 1)  # deletes a row not there
     assert lake.committed("app") == 1
     assert [(r["key"], r["n"]) for r in read_iceberg(catalog, "lake.m")] == [("1", 1)]
+
+
+def test_an_iceberg_namespace_another_sink_creates_in_the_same_moment_is_taken_as_created(
+    tmp_path: Path,
+) -> None:
+    """The race a fresh-clone run met: two sinks of one run create one namespace; the catalog
+    looks (not there), the other sink inserts it, the catalog's insert hits the unique key."""
+    catalog = {"type": "sql", "uri": f"sqlite:///{tmp_path}/c.db", "warehouse": f"file://{tmp_path}/wh"}
+    lake, other = IcebergLake(catalog, "lake.a"), IcebergLake(catalog, "lake.b")
+    looked = lake.catalog.namespace_exists
+    raced: list[bool] = []
+
+    def look_then_lose_the_race(namespace: object) -> bool:
+        there = looked(namespace)
+        if not raced:
+            raced.append(True)
+            other.catalog.create_namespace("lake")  # the other sink, between the look and the insert
+            return bool(there)
+        return bool(looked(namespace))
+
+    lake.catalog.namespace_exists = look_then_lose_the_race
+    lake.append(changes(("a", "1", "insert", 1)), "app", 0)
+    assert raced
+    assert lake.committed("app") == 0
+    assert [r["key"] for r in read_iceberg(catalog, "lake.a")] == ["1"]
