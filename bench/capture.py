@@ -1,4 +1,5 @@
-"""``sluice capture`` benchmark: commit → broker acknowledgement, and throughput against the slot.
+"""``sluice capture`` benchmark: commit → broker acknowledgement, and throughput against the slot's
+ceiling side by side with the destination's, in one run.
 
 (a) latency: a writer commits transactions of 10 rows at a steady 5,000 changes/s (by default) for
     ``--seconds`` while a capture (snapshot never) publishes the table's changes to Kafka (the
@@ -6,17 +7,29 @@
     its commit time (from the stream) → the broker's acknowledgement of its message (the
     delivery report, timed as it arrives), p50/p99/max. Sequin reports 55 ms average and 253 ms
     p99 for the same measure at 50k/s on its own hardware.
-(b) throughput: N changes (inserts, transactions of T rows) written first, then the capture
-    drains the slot to Kafka, against a raw streaming receiver of the same slot contents
-    (psycopg2's replication protocol, receive only, nothing parsed or published: the ceiling of
-    any client) — slots created at the same position before the writes; rounds alternate.
+(b) throughput: N changes (inserts, transactions of T rows) written first; then, per destination
+    (``--brokers``, default Kafka, NATS JetStream, RabbitMQ and Redis Streams):
+    * the capture drains the slot into it, timed from leadership until the position it confirms
+      passes the last change;
+    * **side by side**, no engine: a receive-only replication client of the same slot contents
+      (psycopg2, nothing parsed or published) on a thread, while a raw publish loop sends the
+      very messages the capture publishes (recorded once per round from a capture of the same
+      changes: the same keys, JSON bodies and headers) with the destination's client library
+      alone — confluent-kafka's ``produce`` with every delivery report awaited; nats-py,
+      aio-pika confirmed publishes and redis-py pipelined ``XADD`` in groups of 100 with at most
+      1,000 unacknowledged, as bench/brokers.py — timed until both are done. On a machine whose
+      cores PostgreSQL, the broker and the client share, this is the most a capture that must
+      both read the slot and publish could do here (bench/harvest.py measures the harvester so).
+    Slots are created at the same position before the writes; rounds alternate the order.
+    Beside: the receive-only client alone (the slot's ceiling).
 
-The server is a private PostgreSQL (wal_level = logical) started for the run, on this host.
+The server is a private PostgreSQL (wal_level = logical) started for the run, on this host; NATS,
+RabbitMQ and Redis are the machine's own servers on their default loopback ports.
 
     .venv/bin/python bench/capture.py [--rate 5000] [--seconds 10] [--changes 200000] [--txn 50]
-                                      [--rounds 2]
+                                      [--rounds 2] [--brokers kafka,nats,rabbitmq,redis]
 
-Prints a table, then one JSON line: {"bench": "capture", "kafka_p99_ms": …, …}.
+Prints a table, then one JSON line: {"bench": "capture", "kafka_vs_side_by_side": …, …}.
 """
 
 from __future__ import annotations
@@ -27,6 +40,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from functools import partial
@@ -38,13 +52,17 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import report
+from brokers import RAW, Place
 from cdc import create_slot, flush_lsn, raw_receiver, setup, write_changes
 from sluiceway.capture import Capture
 from sluiceway.harvest.ports import Delivery, Publisher
+from sluiceway.heap import tune_collector
 from sluiceway.outbox.record import MarkedRecord
 from sluiceway.testing import Broker, PrivatePostgres
 
-NATS_URL = os.environ.get("SLUICE_BENCH_NATS", "nats://127.0.0.1:4222")
+KAFKA_TOPIC = "cdc-events"
+#: The broker raw loops: messages per call, and unacknowledged at most (bench/brokers.py's).
+GROUP, WINDOW = 100, 1000
 
 
 class Timed:
@@ -83,6 +101,28 @@ class Timed:
         self.inner.close()
 
 
+class Recorder:
+    """A publisher that keeps what it is given and acknowledges it at once: the capture's own
+    messages, for the raw loops to send."""
+
+    def __init__(self, out: list[MarkedRecord]) -> None:
+        self.out = out
+
+    def send(self, record: MarkedRecord, on_done: Callable[[Delivery], None]) -> None:
+        self.send_many([record], on_done)
+
+    def send_many(self, records: list[MarkedRecord], on_done: Callable[[Delivery], None]) -> None:
+        self.out.extend(records)
+        for record in records:
+            on_done(Delivery(record))
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
 def config(dsn: str, slot: str, work: str, destination: dict[str, Any]) -> dict[str, Any]:
     return {
         "capture": {
@@ -93,11 +133,11 @@ def config(dsn: str, slot: str, work: str, destination: dict[str, Any]) -> dict[
     }  # fmt: skip
 
 
-def capture_for(cfg: dict[str, Any], samples: list[float] | None) -> Capture:
+def capture_for(cfg: dict[str, Any], wrap: Callable[[Publisher], Publisher] | None = None) -> Capture:
     capture = Capture(cfg)
-    if samples is not None:
+    if wrap is not None:
         plain = capture._publisher_factory
-        capture._publisher_factory = lambda epoch: Timed(plain(epoch), samples)
+        capture._publisher_factory = lambda epoch: wrap(plain(epoch))
     return capture
 
 
@@ -106,7 +146,8 @@ def wait_position(capture: Capture, upto: int, timeout: float = 600) -> None:
     while capture.position < upto:
         if time.monotonic() > deadline:
             raise SystemExit(f"the capture did not reach {upto} within {timeout} s")
-        time.sleep(0.005)
+        if capture.wait(timeout=0.005):
+            raise SystemExit("the capture stopped")
 
 
 def write_rate(dsn: str, rate: int, seconds: float, base: int, rows: int) -> None:
@@ -132,7 +173,7 @@ def latency(
 ) -> list[float]:
     samples: list[float] = []
     create_slot(dsn, slot)
-    with capture_for(config(dsn, slot, work, destination), samples) as capture:
+    with capture_for(config(dsn, slot, work, destination), lambda p: Timed(p, samples)) as capture:
         while capture.position == 0:
             time.sleep(0.05)
         samples.clear()  # nothing before the steady writer counts
@@ -142,66 +183,146 @@ def latency(
     return samples
 
 
-def drain(dsn: str, slot: str, work: str, destination: dict[str, Any], upto: int) -> tuple[float, int, float]:
-    with capture_for(config(dsn, slot, work, destination), None) as capture:
+def drain(dsn: str, slot: str, work: str, destination: dict[str, Any], upto: int) -> tuple[float, int]:
+    """The capture from leadership until it has confirmed ``upto``: seconds, changes published."""
+    with capture_for(config(dsn, slot, work, destination)) as capture:
         while capture.position == 0:  # elected, the client ready, the slot found: now the drain
             time.sleep(0.001)
         t0 = time.perf_counter()
         wait_position(capture, upto)
         elapsed = time.perf_counter() - t0
         changes = capture.meter.changes
-    return elapsed, changes, 0.0
+    return elapsed, changes
 
 
-def nats_stream(action: str, name: str, subject: str) -> None:
-    async def run() -> None:
-        import nats
-        from nats.js.api import StreamConfig
+def record(dsn: str, slot: str, work: str, upto: int) -> list[MarkedRecord]:
+    """The messages a capture publishes for the slot's changes up to ``upto`` (nothing sent)."""
+    out: list[MarkedRecord] = []
+    destination = {"kafka": {"bootstrap.servers": "127.0.0.1:9"}, "topic": KAFKA_TOPIC}
+    capture = Capture(config(dsn, slot, work, destination))
+    capture._publisher_factory = lambda epoch: Recorder(out)
+    with capture:
+        wait_position(capture, upto)
+    return out
 
-        nc = await nats.connect(NATS_URL)
+
+# -- side by side: the receive-only client while a raw loop publishes the same messages ----------------
+def side_by_side(
+    receive: Callable[[], tuple[float, int, float]], publish: Callable[[], object], changes: int
+) -> float:
+    """``receive`` on a thread while ``publish`` runs here; changes/s until both are done."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
         try:
-            js = nc.jetstream()
-            if action == "add":
-                await js.add_stream(StreamConfig(name=name, subjects=[subject]))
-            else:
-                await js.delete_stream(name)
-        finally:
-            await nc.close()
+            _elapsed, count, _cpu = receive()
+            if count != changes:
+                raise SystemExit(f"the receive-only client got {count} changes of {changes}")
+        except BaseException as exc:
+            failed.append(exc)
 
-    asyncio.run(run())
+    thread = threading.Thread(target=run)
+    start = time.perf_counter()
+    thread.start()
+    publish()
+    thread.join()
+    elapsed = time.perf_counter() - start
+    if failed:
+        raise failed[0]
+    return changes / elapsed
 
 
-def raw_nats(stream: str, n: int, group: int = 100, window: int = 1000) -> float:
-    """The NATS client's own ceiling: ``n`` change-sized messages published to JetStream with the
-    same client library, in groups of ``group``, ``window`` unacknowledged at most (as the
-    capture's sender), every acknowledgement awaited; messages/s."""
-    from brokers import windowed
-    from sluiceway.brokers import Message
-    from sluiceway.brokers.nats import to_nats
+def kafka_loop(bootstrap: str, records: list[MarkedRecord]) -> Callable[[], None]:
+    """A raw produce loop of ``records`` (as the capture's client is configured: idempotent,
+    gapless, a 2 ms linger), every delivery report awaited. The producer is made and warm (its
+    producer id assigned) before it is returned, as the capture's client is before it leads."""
+    from confluent_kafka import Producer
 
-    row = b'{"id":1,"account":1,"amount":0.01,"note":"event 1","at":"2026-11-27T00:00:00+00:00"}'
-    value = b'{"op":"insert","after":%s,"source":{"table":"public.events","lsn":"0/1A2B3C8"}}' % row
-    messages = [Message("benchcapture.raw", str(i), value, (), f"raw:{i}") for i in range(n)]
+    from sluiceway.capture import CaptureConfig
 
-    async def run() -> float:
-        import nats
+    settings = CaptureConfig.from_dict(
+        config("postgresql://localhost/x", "side", "", {"kafka": {"bootstrap.servers": bootstrap}})
+    )
+    producer = Producer(settings.capture.producer_config)
+    failed: list[str] = []
 
-        nc = await nats.connect(NATS_URL)
-        js = nc.jetstream()
+    def delivered(err: Any, msg: Any) -> None:
+        if err is not None:
+            failed.append(str(err))
 
-        async def publish(chunk: list[Message]) -> None:
-            futures = []
-            for m in chunk:
-                subject, payload, headers = to_nats(m, stream)
-                futures.append(await js.publish_async(subject, payload, headers=headers))
-            await asyncio.gather(*futures)
+    producer.produce(KAFKA_TOPIC, b"warm-up", b"warm-up", on_delivery=delivered)
+    if producer.flush(30) or failed:
+        raise SystemExit(f"the raw produce loop's producer is not ready: {failed[:3]}")
+    messages = [(r.value, r.key.encode(), list(r.headers)) for r in records]
 
-        try:
-            return await windowed(messages, publish, group, window)
-        finally:
-            await nc.close()
+    def run() -> None:
+        produce, poll = producer.produce, producer.poll
+        for value, key, headers in messages:
+            while True:
+                try:
+                    produce(KAFKA_TOPIC, value, key, on_delivery=delivered, headers=headers)
+                    break
+                except BufferError:
+                    poll(0.05)
+            poll(0)
+        if producer.flush(120) or failed:
+            raise SystemExit(f"the raw produce loop did not deliver everything: {failed[:3]}")
 
-    return asyncio.run(run())
+    return run
+
+
+def broker_loop(place: Place, records: list[MarkedRecord]) -> Callable[[], None]:
+    """The broker's raw loop (bench/brokers.py's) over the capture's messages, on ``place``."""
+    from sluiceway.harvest.brokers import to_message
+
+    messages = [to_message(r._replace(topic=place.topic), "0123456789:") for r in records]
+    run = RAW[place.broker]
+    return lambda: asyncio.run(run(place, messages, GROUP, WINDOW))
+
+
+def side_run(
+    dsn: str,
+    slot: str,
+    upto: int,
+    place: Place | None,
+    bootstrap: str,
+    records: list[MarkedRecord],
+    changes: int,
+) -> float:
+    """One side-by-side run: changes/s."""
+    receive = partial(raw_receiver, dsn, slot, upto, changes)
+    if place is not None:
+        asyncio.run(place.empty())
+        publish = broker_loop(place, records)
+    else:
+        publish = kafka_loop(bootstrap, records)
+    return side_by_side(receive, publish, changes)
+
+
+def capture_run(
+    dsn: str, slot: str, work: str, destination: dict[str, Any], upto: int, place: Place | None, changes: int
+) -> float:
+    """One capture drain into an empty destination: changes/s."""
+    if place is not None:
+        asyncio.run(place.empty())
+    elapsed, count = drain(dsn, slot, work, destination, upto)
+    if count < changes:
+        raise SystemExit(f"{slot}: expected {changes} changes, got {count}")
+    return count / elapsed
+
+
+def place_for(broker: str) -> Place:
+    place = Place(broker)
+    place.topic = f"{place.prefix}.events"  # the capture's topic template: "<prefix>.{table}"
+    asyncio.run(place.create())
+    return place
+
+
+def destination_of(broker: str, bootstrap: str, place: Place | None) -> dict[str, Any]:
+    if broker == "kafka":
+        return {"kafka": {"bootstrap.servers": bootstrap}, "topic": KAFKA_TOPIC}
+    assert place is not None
+    return {"target": place.target(), "topic": f"{place.prefix}.{{table}}"}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -213,102 +334,113 @@ def percentile(values: list[float], q: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rate", type=int, default=5_000, help="latency: transactions per second")
+    parser.add_argument("--rate", type=int, default=5_000, help="latency: changes per second")
     parser.add_argument("--seconds", type=float, default=10.0, help="latency: how long to write")
     parser.add_argument("--rows", type=int, default=10, help="latency: rows per transaction")
     parser.add_argument("--changes", type=int, default=200_000)
     parser.add_argument("--txn", type=int, default=50, help="throughput: rows per transaction")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--brokers", default="kafka,nats,rabbitmq,redis")
+    parser.add_argument("--no-latency", action="store_true", help="skip (a)")
     args = parser.parse_args()
+    brokers = [b.strip() for b in args.brokers.split(",") if b.strip()]
+    tune_collector()  # as `sluice capture` does
 
     work = tempfile.mkdtemp(prefix="sluice-bench-capture-")
-    settings = {"wal_level": "logical", "max_replication_slots": "20", "shared_buffers": "'256MB'"}
-    server = PrivatePostgres({**settings, "max_wal_size": "'4GB'"}).start()
+    settings = {"wal_level": "logical", "max_replication_slots": "40", "shared_buffers": "'256MB'"}
+    server = PrivatePostgres({**settings, "max_wal_size": "'4GB'", "max_wal_senders": "40"}).start()
     broker = Broker(log_path=os.path.join(work, "tansu.log")).start()
-    stream = f"BENCHCAPTURE{os.getpid()}"
-    nats_stream("add", stream, "benchcapture.>")
+    places = {b: place_for(b) for b in brokers if b != "kafka"}
     dsn = server.dsn()
-    kafka = {"kafka": {"bootstrap.servers": broker.bootstrap}, "topic": "cdc-events"}
-    nats = {
-        "target": {"type": "nats", "servers": [NATS_URL], "stream": stream},
-        "topic": "benchcapture.{table}",
-    }
+    destinations = {b: destination_of(b, broker.bootstrap, places.get(b)) for b in brokers}
     try:
         setup(dsn, 1)
-        broker.create_topic("cdc-events", partitions=3)
-        kafka_ms = latency(dsn, "lat_kafka", work, kafka, args.rate, args.seconds, args.rows)
-        nats_ms = latency(dsn, "lat_nats", work, nats, args.rate, args.seconds, args.rows)
-        times: dict[str, list[float]] = {"recv": [], "kafka": [], "nats": []}
-        nats_raw: list[float] = []
+        broker.create_topic(KAFKA_TOPIC, partitions=3)
+        summary: dict[str, Any] = {"bench": "capture"}
+        rows: list[tuple[str, str]] = []
+        if not args.no_latency:
+            for name in ("kafka", "nats"):
+                if name not in destinations:
+                    continue
+                ms = latency(dsn, f"lat_{name}", work, destinations[name], args.rate, args.seconds, args.rows)
+                summary.update({
+                    f"{name}_samples": len(ms),
+                    f"{name}_p50_ms": round(percentile(ms, 0.5), 1),
+                    f"{name}_p99_ms": round(percentile(ms, 0.99), 1),
+                    f"{name}_max_ms": round(max(ms, default=float("nan")), 1),
+                })  # fmt: skip
+                p50, p99, top = (summary[f"{name}_{q}_ms"] for q in ("p50", "p99", "max"))
+                rows.append((
+                    f"(a) commit → {name} acknowledgement at {args.rate:,}/s, p50 / p99 / max",
+                    f"{p50} / {p99} / {top} ms",
+                ))  # fmt: skip
+            summary["latency_rate"] = args.rate
+            summary["latency_rows_per_txn"] = args.rows
+
+        recv: list[float] = []
+        captured: dict[str, list[float]] = {b: [] for b in brokers}
+        sides: dict[str, list[float]] = {b: [] for b in brokers}
         next_id = 1
         for round_no in range(args.rounds):
-            for name in times:
-                create_slot(dsn, f"{name}_{round_no}")
+            slots = ["rec", "recv"] + [f"{b}_{kind}" for b in brokers for kind in ("cap", "side")]
+            for slot in slots:
+                create_slot(dsn, f"{slot}_{round_no}")
             write_changes(dsn, next_id, args.changes, args.txn)
             next_id += args.changes
             upto = flush_lsn(dsn)
-            steps = {
-                "recv": partial(raw_receiver, dsn, f"recv_{round_no}", upto),
-                "kafka": partial(drain, dsn, f"kafka_{round_no}", work, kafka, upto),
-                "nats": partial(drain, dsn, f"nats_{round_no}", work, nats, upto),
-            }
-            for name in list(steps) if round_no % 2 == 0 else list(reversed(steps)):
-                elapsed, count, _cpu = steps[name]()
-                if count < args.changes:
-                    raise SystemExit(f"{name}: expected {args.changes} changes, got {count}")
-                times[name].append(elapsed)
-            nats_raw.append(raw_nats(stream, args.changes))
-            print(
-                f"round {round_no}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in times.items()), flush=True
-            )
-        rate = {k: args.changes / min(v) for k, v in times.items()}
-        summary = {
-            "bench": "capture",
-            "latency_rate": args.rate,
-            "latency_rows_per_txn": args.rows,
-            "kafka_samples": len(kafka_ms),
-            "kafka_p50_ms": round(percentile(kafka_ms, 0.5), 1),
-            "kafka_p99_ms": round(percentile(kafka_ms, 0.99), 1),
-            "kafka_max_ms": round(max(kafka_ms, default=float("nan")), 1),
-            "nats_samples": len(nats_ms),
-            "nats_p50_ms": round(percentile(nats_ms, 0.5), 1),
-            "nats_p99_ms": round(percentile(nats_ms, 0.99), 1),
-            "nats_max_ms": round(max(nats_ms, default=float("nan")), 1),
-            "changes": args.changes,
-            "rows_per_txn": args.txn,
-            "raw_receiver_per_s": round(rate["recv"]),
-            "capture_kafka_per_s": round(rate["kafka"]),
-            "capture_kafka_ratio": round(rate["kafka"] / rate["recv"], 3),
-            "capture_nats_per_s": round(rate["nats"]),
-            "capture_nats_ratio": round(rate["nats"] / rate["recv"], 3),
-            "raw_nats_publish_per_s": round(max(nats_raw)),
-            "capture_nats_vs_raw_publish": round(rate["nats"] / max(nats_raw), 3),
-        }
-        report(
-            f"sluice capture: commit → broker acknowledgement at {args.rate}/s, and a slot drained to Kafka",
-            [
-                ("(a) commit → Kafka ack, p50 / p99 / max",
-                 f"{summary['kafka_p50_ms']} / {summary['kafka_p99_ms']} / {summary['kafka_max_ms']} ms"),
-                ("commit → NATS JetStream ack, p50 / p99 / max",
-                 f"{summary['nats_p50_ms']} / {summary['nats_p99_ms']} / {summary['nats_max_ms']} ms"),
-                ("(b) raw receiver (receive only)", f"{rate['recv']:,.0f} changes/s"),
-                ("capture → Kafka (acknowledged)", f"{rate['kafka']:,.0f} changes/s"),
-                ("ratio", f"{summary['capture_kafka_ratio']:.2f}"),
-                ("capture → NATS JetStream (acknowledged)", f"{rate['nats']:,.0f} changes/s"),
-                ("ratio", f"{summary['capture_nats_ratio']:.2f}"),
-                ("raw NATS publish loop (same client, acks awaited)", f"{max(nats_raw):,.0f} messages/s"),
-                ("capture → NATS / raw publish loop", f"{summary['capture_nats_vs_raw_publish']:.2f}"),
-            ],
-            summary,
-        )  # fmt: skip
+            records = record(dsn, f"rec_{round_no}", work, upto)
+            if len(records) != args.changes:
+                raise SystemExit(f"recorded {len(records)} messages for {args.changes} changes")
+            elapsed, count, _cpu = raw_receiver(dsn, f"recv_{round_no}", upto, args.changes)
+            recv.append(count / elapsed)
+            line = [f"receive-only {recv[-1]:,.0f}/s"]
+            for name in brokers:
+                place = places.get(name)
+                side = partial(
+                    side_run, dsn, f"{name}_side_{round_no}", upto, place, broker.bootstrap, records
+                )
+                cap = partial(
+                    capture_run, dsn, f"{name}_cap_{round_no}", work, destinations[name], upto, place
+                )
+                for step, into in ((side, sides), (cap, captured))[:: 1 if round_no % 2 == 0 else -1]:
+                    into[name].append(step(args.changes))
+                line.append(f"{name} {captured[name][-1]:,.0f}/s vs side by side {sides[name][-1]:,.0f}/s")
+            print(f"round {round_no}: " + "; ".join(line), flush=True)
+
+        summary.update({"changes": args.changes, "rows_per_txn": args.txn, "rounds": args.rounds})
+        summary["raw_receiver_per_s"] = round(max(recv))
+        rows.append(("(b) receive-only replication client", f"{max(recv):,.0f} changes/s  {_rounds(recv)}"))
+        for name in brokers:
+            best, ceiling = max(captured[name]), max(sides[name])
+            ratios = [c / s for c, s in zip(captured[name], sides[name], strict=True)]
+            summary[f"capture_{name}_per_s"] = round(best)
+            summary[f"{name}_side_by_side_per_s"] = round(ceiling)
+            summary[f"{name}_vs_side_by_side"] = round(best / ceiling, 3)
+            summary[f"{name}_vs_receiver"] = round(best / max(recv), 3)
+            per_round = ", ".join(f"{r:.2f}" for r in ratios)
+            rows += [
+                (f"{name}: receive-only + raw publish loop, side by side",
+                 f"{ceiling:,.0f} changes/s  {_rounds(sides[name])}"),
+                (f"{name}: capture (acknowledged)", f"{best:,.0f} changes/s  {_rounds(captured[name])}"),
+                (f"{name}: capture / side by side", f"{best / ceiling:.2f}  (rounds {per_round})"),
+            ]  # fmt: skip
+        title = (
+            f"sluice capture: {args.changes:,} changes in transactions of {args.txn}, best of {args.rounds}"
+        )
+        report(title, rows, summary)
     finally:
-        try:
-            nats_stream("delete", stream, "")
-        except Exception as exc:  # the run's figures matter more than a leftover stream
-            print(f"could not delete NATS stream {stream}: {exc}", file=sys.stderr)
+        for place in places.values():
+            try:
+                asyncio.run(place.remove())
+            except Exception as exc:  # the run's figures matter more than a leftover stream
+                print(f"could not remove {place.broker} {place.prefix}: {exc}", file=sys.stderr)
         broker.stop()
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _rounds(values: list[float]) -> str:
+    return "(" + " / ".join(f"{v:,.0f}" for v in values) + ")"
 
 
 if __name__ == "__main__":

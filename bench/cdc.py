@@ -127,8 +127,12 @@ def raw_sql_drain(dsn: str, slot: str) -> tuple[float, int, float]:
         return elapsed, changes, cpu_seconds(pid) - cpu0
 
 
-def raw_receiver(dsn: str, slot: str, upto: int) -> tuple[float, int, float]:
-    """psycopg2's replication protocol, receive only: seconds, changes, the walsender's CPU."""
+def raw_receiver(dsn: str, slot: str, upto: int, expected: int | None = None) -> tuple[float, int, float]:
+    """psycopg2's replication protocol, receive only: seconds, changes, the walsender's CPU.
+
+    It stops at the first message at or past ``upto``, or with ``expected`` given, once it has
+    received that many changes (a lull in the stream while the server reports a WAL end past
+    ``upto`` is then not taken for the end: on a busy machine it came before the last changes)."""
     import psycopg2
     import psycopg2.extras
 
@@ -148,7 +152,7 @@ def raw_receiver(dsn: str, slot: str, upto: int) -> tuple[float, int, float]:
         while True:
             message = cur.read_message()
             if message is None:
-                if cur.wal_end >= upto and changes:
+                if expected is None and cur.wal_end >= upto and changes:
                     break
                 select.select([cur.fileno()], [], [], 0.05)
                 continue
@@ -157,7 +161,7 @@ def raw_receiver(dsn: str, slot: str, upto: int) -> tuple[float, int, float]:
                 cpu0 = cpu_seconds(pid) if pid else 0.0
             if message.payload[:1] == b"I":
                 changes += 1
-            if message.data_start >= upto:
+            if message.data_start >= upto or (expected is not None and changes >= expected):
                 break
         elapsed = time.perf_counter() - t0
         cpu = cpu_seconds(pid) - cpu0 if pid else 0.0
