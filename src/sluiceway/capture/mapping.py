@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from sluiceway.cdc.records import BEFORE_HEADER
 from sluiceway.harvest.sequence import SLUICE_ID
 from sluiceway.journal.record import OP_HEADER
-from sluiceway.outbox.record import MarkedRecord
+from sluiceway.outbox.record import MarkedRecord, RecordColumns
 
 #: The headers every record of a transaction (or copied chunk) has; others are a row's own.
 _SHARED = frozenset({"pg.lsn", "pg.xid", "sluice.mode"})
@@ -52,67 +52,117 @@ class TopicMap:
         return topic
 
 
-def to_records(
+def to_columns(
     batch: pa.RecordBatch, topics: TopicMap, *, leader: str = "", tombstones: bool = False
-) -> list[MarkedRecord]:
-    """The batch's changes (the capture's record schema) as records to publish, in stream order."""
+) -> RecordColumns:
+    """The batch's changes (the capture's record schema) as records to publish, in stream order.
+
+    One pass over plain lists taken from the batch's columns: a transaction's ``source`` object,
+    commit time and shared headers are made once (its rows share them), a row's own header
+    (``pg.before``, ``pg.unchanged-toast``) only where the row has one.
+    """
+    out = RecordColumns([], [], [], [], [], [], leader)
     n = batch.num_rows
     if not n:
-        return []
+        return out
     offsets = batch.column("offset").to_pylist()
     namespaces = batch.column("namespace").to_pylist()
     ops = batch.column("op").to_pylist()
     keys = batch.column("key").to_pylist()
     values = batch.column("value").to_pylist()
-    headers = batch.column("headers").to_pylist()
     micros = pc.cast(batch.column("timestamp"), pa.int64()).to_pylist()
-    out: list[MarkedRecord] = []
-    append = out.append
-    sources: dict[tuple[int, str], tuple[bytes, datetime | None, tuple[tuple[str, str], ...]]] = {}
-    run_offset, index = -1, 0
+    header_column = batch.column("headers")
+    if header_column.null_count:
+        header_column = header_column.fill_null(pa.scalar([], header_column.type))
+    bounds = header_column.offsets.to_pylist()
+    pairs = header_column.values
+    names, texts = pairs.field("key"), pairs.field("value")
+
+    def headers_of(start: int, end: int) -> tuple[list[str], list[str]]:
+        # Read where a run starts or a row has headers of its own, not for every row.
+        return names.slice(start, end - start).to_pylist(), texts.slice(start, end - start).to_pylist()
+
+    ids, times, out_topics, out_keys, out_values, out_headers = (
+        out.ids, out.create_times, out.topics, out.keys, out.values, out.headers
+    )  # fmt: skip
+    sources: dict[tuple[int, str], _Source] = {}
+    # The rows of a transaction are together and mostly of one table: what they share is looked up
+    # when the transaction or the table changes, not per row.
+    run_offset, run_namespace, index = -1, "", 0
+    source, created, topic = b"", None, ""
+    base: list[tuple[str, str]] = []
+    shared: dict[str, list[tuple[str, str]]] = {}  # op → the run's shared headers with its sluice.op
     for i in range(n):
-        offset = offsets[i]
-        if offset != run_offset:
-            run_offset, index = offset, 0
-        namespace, op, key, value = namespaces[i], ops[i], keys[i], values[i]
-        pairs = headers[i] or []
-        slot = (offset, namespace)
-        cached = sources.get(slot)
-        if cached is None:
-            cached = _source(namespace, micros[i], pairs)
-            sources[slot] = cached
-        source, created, base = cached
+        offset, namespace = offsets[i], namespaces[i]
+        if offset != run_offset or namespace != run_namespace:
+            if offset != run_offset:
+                index = 0
+            run_offset, run_namespace = offset, namespace
+            cached = sources.get((offset, namespace))
+            if cached is None:
+                start, end = bounds[i], bounds[i + 1]
+                cached = _source(namespace, micros[i], *headers_of(start, end), topics)
+                sources[(offset, namespace)] = cached
+            source, created, base, topic = cached
+            shared = {}
+        op, key = ops[i], keys[i] or ""
+        start, end = bounds[i], bounds[i + 1]
         before = b"null"
-        if len(pairs) != len(base):  # headers of its own (pg.before, pg.unchanged-toast)
-            base = tuple((p["key"], p["value"]) for p in pairs if p["key"] != BEFORE_HEADER)
-            before = next((p["value"].encode() for p in pairs if p["key"] == BEFORE_HEADER), b"null")
+        row_base = shared.get(op)
+        if row_base is None:
+            row_base = shared[op] = [*base, _OP_HEADERS.get(op) or (OP_HEADER, op)]
+        if end - start != len(base):  # headers of its own (pg.before, pg.unchanged-toast)
+            row = list(zip(*headers_of(start, end), strict=True))
+            own = [v for k, v in row if k == BEFORE_HEADER]
+            row_base = [*(p for p in row if p[0] != BEFORE_HEADER), _OP_HEADERS.get(op) or (OP_HEADER, op)]
+            if own:
+                before = own[0].encode()
+        value = values[i]
         sid = (offset << INDEX_BITS) | index
         index += 1
-        body = b'{"op":"%s","before":%s,"after":%s,"source":%s}' % (
-            op.encode(),
-            before,
-            value if value is not None else b"null",
-            source,
+        ids.append(sid)
+        times.append(created)
+        out_topics.append(topic)
+        out_keys.append(key)
+        out_values.append(
+            _BODY
+            % (_OP_BYTES.get(op) or op.encode(), before, value if value is not None else b"null", source)
         )
-        topic = topics(namespace)
-        append(
-            MarkedRecord(
-                sid, created, topic, key or "", body, (*base, (OP_HEADER, op), (SLUICE_ID, str(sid))), leader
-            )
-        )
+        out_headers.append([*row_base, (SLUICE_ID, str(sid))])
         if tombstones and op == "delete":
             sid = (offset << INDEX_BITS) | index
             index += 1
-            append(MarkedRecord(sid, created, topic, key or "", None, (*base, (SLUICE_ID, str(sid))), leader))
+            ids.append(sid)
+            times.append(created)
+            out_topics.append(topic)
+            out_keys.append(key)
+            out_values.append(None)
+            out_headers.append([*row_base[:-1], (SLUICE_ID, str(sid))])
     return out
 
 
+def to_records(
+    batch: pa.RecordBatch, topics: TopicMap, *, leader: str = "", tombstones: bool = False
+) -> list[MarkedRecord]:
+    """:func:`to_columns`, a :class:`MarkedRecord` each."""
+    return to_columns(batch, topics, leader=leader, tombstones=tombstones).records()
+
+
+_BODY = b'{"op":"%s","before":%s,"after":%s,"source":%s}'
+#: The ``sluice.op`` header of each kind of change, and its name as bytes, made once.
+_OP_HEADERS = {op: (OP_HEADER, op) for op in ("insert", "update", "delete", "truncate")}
+_OP_BYTES = {op: op.encode() for op in _OP_HEADERS}
+#: A transaction's (or copied chunk's) source object, commit time, shared headers and topic.
+_Source = tuple[bytes, "datetime | None", list[tuple[str, str]], str]
+
+
 def _source(
-    namespace: str, micros: int | None, pairs: list[dict[str, str]]
-) -> tuple[bytes, datetime | None, tuple[tuple[str, str], ...]]:
-    """A transaction's (or copied chunk's) ``source`` object, commit time and the headers all its
-    rows share (those of a row's own — its old row, its unchanged TOASTed columns — left out)."""
-    found = {p["key"]: p["value"] for p in pairs}
+    namespace: str, micros: int | None, names: list[str], texts: list[str], topics: TopicMap
+) -> _Source:
+    """A transaction's (or copied chunk's) ``source`` object, commit time, the headers all its
+    rows share (those of a row's own — its old row, its unchanged TOASTed columns — left out) and
+    its topic."""
+    found = dict(zip(names, texts, strict=True))
     created = None if micros is None else datetime.fromtimestamp(micros / 1e6, tz=UTC)
     xid = found.get("pg.xid")
     source = {
@@ -123,4 +173,5 @@ def _source(
         "mode": found.get("sluice.mode", "sync"),
     }
     text = json.dumps(source, separators=(",", ":"), ensure_ascii=False).encode()
-    return text, created, tuple((p["key"], p["value"]) for p in pairs if p["key"] in _SHARED)
+    shared = [(k, v) for k, v in zip(names, texts, strict=True) if k in _SHARED]
+    return text, created, shared, topics(namespace)

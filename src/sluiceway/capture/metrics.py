@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluiceway.metrics import MetricsEndpoint, serve_metrics
-from sluiceway.outbox.record import MarkedRecord
+from sluiceway.outbox.record import RecordColumns
 
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -59,8 +59,8 @@ class CaptureMeter:
         self._endpoint = serve_metrics(registry, addr)
         return self._endpoint.host, self._endpoint.port
 
-    def published(self, records: list[MarkedRecord], batch: pa.RecordBatch) -> None:
-        size = sum(len(r.value) for r in records if r.value is not None)
+    def published(self, records: RecordColumns, batch: pa.RecordBatch) -> None:
+        size = sum(map(len, filter(None, records.values)))
         with self._lock:
             self.changes += len(records)
             self.bytes += size

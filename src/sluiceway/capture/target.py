@@ -29,16 +29,17 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
 
-from sluiceway.capture.mapping import TopicMap, to_records
+from sluiceway.capture.mapping import TopicMap, to_columns
 from sluiceway.capture.metrics import CaptureMeter
 from sluiceway.cdc.errors import CdcError
 from sluiceway.errors import PublishError
-from sluiceway.harvest.ports import Delivery, Publisher
-from sluiceway.outbox.record import MarkedRecord
+from sluiceway.harvest.ports import ColumnsDone, Delivery, Publisher, columns_via_send
+from sluiceway.outbox.record import RecordColumns
 
 
 class DeliveryFailed(CdcError):
@@ -52,12 +53,34 @@ class UndeliverableChange(CdcError):
 
 
 class _Append:
-    """One append on its way: where it ends, changes still unacknowledged, when it was sent."""
+    """One append on its way: where it ends, changes still unacknowledged, when it was sent. It is
+    the publisher's :class:`~sluiceway.harvest.ports.ColumnsDone` for its changes."""
 
-    __slots__ = ("end", "left", "sent")
+    __slots__ = ("columns", "end", "left", "sent", "target")
 
-    def __init__(self, end: int, left: int) -> None:
-        self.end, self.left, self.sent = end, left, time.monotonic()
+    def __init__(self, target: PublishTarget, end: int, columns: RecordColumns) -> None:
+        self.target, self.end, self.columns = target, end, columns
+        self.left, self.sent = len(columns), time.monotonic()
+
+    def acked(self, count: int) -> None:
+        target = self.target
+        with target._lock:
+            target._in_flight -= count
+            self.left -= count
+            moved = target._advance_locked() if self.left == 0 else None
+            if target._waiting:
+                target._room.notify_all()
+        if moved is not None:
+            target._moved(moved)
+
+    def failed(self, index: int, delivery: Delivery) -> None:
+        target = self.target
+        with target._lock:
+            target._in_flight -= 1
+            if target._failure is None:
+                target._failure = _failure(delivery)
+            if target._waiting:
+                target._room.notify_all()
 
 
 class PublishTarget:
@@ -70,7 +93,8 @@ class PublishTarget:
     every append before it, is acknowledged whole — moves as acknowledgements arrive and is
     reported through ``on_durable`` (the capture then confirms it to PostgreSQL). An append with a
     failed change never becomes durable: the failure ends the term at the next ``append`` or
-    :meth:`check`, and the next term sends again from the durable position.
+    :meth:`check`, and the next term sends again from the durable position. An append with no
+    changes (a quiet position) becomes durable only behind every append before it.
     """
 
     #: The capture confirms what ``on_durable`` reports, not what ``append`` was given.
@@ -100,9 +124,13 @@ class PublishTarget:
         self.position_file = position_file
         #: Called (from a publisher's thread, or the appender's) with each new durable position.
         self.on_durable: Callable[[int], None] = lambda position: None
-        self._send_many = getattr(publisher, "send_many", None)
+        send_columns = getattr(publisher, "send_columns", None)
+        self._send_columns: Callable[[RecordColumns, ColumnsDone], None] = (
+            send_columns if send_columns is not None else partial(columns_via_send, publisher)
+        )
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
+        self._waiting = 0  # appenders waiting for room (acknowledgements wake them only then)
         self._pending: deque[_Append] = deque()
         self._in_flight = 0
         self._failure: CdcError | None = None
@@ -114,26 +142,27 @@ class PublishTarget:
         return None if self.position_file is None else self.position_file.read()
 
     def append(self, batch: pa.RecordBatch, end: int) -> None:
-        records = (
-            to_records(batch, self.topics, leader=self.leader, tombstones=self.tombstones)
-            if batch.num_rows
-            else []
-        )
-        entry = _Append(end, len(records))
+        columns = to_columns(batch, self.topics, leader=self.leader, tombstones=self.tombstones)
+        entry = _Append(self, end, columns)
+        count = len(columns)
         moved = None
         with self._room:
-            while self._in_flight and self._in_flight + len(records) > self.max_in_flight:
+            while self._in_flight and self._in_flight + count > self.max_in_flight:
                 self._check_locked()
-                self._room.wait(0.05)
+                self._waiting += 1
+                try:
+                    self._room.wait(0.05)
+                finally:
+                    self._waiting -= 1
             self._check_locked()
             self._pending.append(entry)
-            self._in_flight += len(records)
-            if not records:
+            self._in_flight += count
+            if not count:
                 moved = self._advance_locked()
-        if records:
-            self._send(records, entry)
+        if count:
+            self._send(columns, entry)
             if self.meter is not None:
-                self.meter.published(records, batch)
+                self.meter.published(columns, batch)
         elif moved is not None:
             self._moved(moved)
 
@@ -156,27 +185,9 @@ class PublishTarget:
             head = self._pending[0]
             raise DeliveryFailed(f"{head.left} changes were not acknowledged within {self.timeout:g} s")
 
-    def _send(self, records: list[MarkedRecord], entry: _Append) -> None:
-        def on_done(delivery: Delivery) -> None:
-            moved = None
-            with self._room:
-                self._in_flight -= 1
-                if delivery.error is None:
-                    entry.left -= 1
-                    if entry.left == 0:
-                        moved = self._advance_locked()
-                elif self._failure is None:
-                    self._failure = _failure(delivery)
-                self._room.notify_all()
-            if moved is not None:
-                self._moved(moved)
-
+    def _send(self, columns: RecordColumns, entry: _Append) -> None:
         try:
-            if self._send_many is not None:
-                self._send_many(records, on_done)
-            else:
-                for record in records:
-                    self.publisher.send(record, on_done)
+            self._send_columns(columns, entry)
         except PublishError as exc:  # a synchronous refusal (an invalid topic, a closed client)
             raise (UndeliverableChange if exc.permanent else DeliveryFailed)(
                 f"the destination refused a change: {exc}"

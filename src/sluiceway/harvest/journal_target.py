@@ -20,13 +20,15 @@ import time
 from collections.abc import Callable
 
 from sluiceway.errors import LeadershipError
-from sluiceway.harvest.ports import Delivery
+from sluiceway.harvest.ports import ColumnsDone, Delivery
 from sluiceway.journal import ExpectationFailed, Journal, JournalError, JournalLockedError
-from sluiceway.outbox.record import MarkedRecord
+from sluiceway.outbox.record import MarkedRecord, RecordColumns
 
 log = logging.getLogger("sluiceway.harvest.journal")
 
 _Item = tuple[MarkedRecord, Callable[[Delivery], None]]
+#: ``send_columns``'s records: appended whole, in one append of their own.
+_Columns = tuple[RecordColumns, ColumnsDone]
 
 
 class JournalPublisher:
@@ -56,7 +58,7 @@ class JournalPublisher:
         except BaseException:
             self.journal.close()
             raise
-        self._queue: queue.Queue[_Item | None] = queue.Queue()
+        self._queue: queue.Queue[_Item | _Columns | None] = queue.Queue()
         #: key -> leader id of its record whose append failed (journal thread only).
         self._failed: dict[str, str | None] = {}
         self._busy = 0
@@ -96,28 +98,69 @@ class JournalPublisher:
             self._busy += 1
         self._queue.put((record, on_done))
 
+    def send_columns(self, columns: RecordColumns, done: ColumnsDone) -> None:
+        """All of ``columns`` in one append of their own, after what was sent before."""
+        with self._idle:
+            self._busy += 1
+        self._queue.put((columns, done))
+
     def _run(self) -> None:
         while True:
             first = self._queue.get()
             if first is None:
                 return
-            batch = [first]
+            batch: list[_Item] = []
+            columns: _Columns | None = None
             stop = False
-            while len(batch) < self.max_batch:
+            item: _Item | _Columns | None = first
+            while item is not None:
+                if isinstance(item[0], RecordColumns):
+                    columns = item
+                    break
+                batch.append(item)
+                if len(batch) >= self.max_batch:
+                    break
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                if item is None:
-                    stop = True
-                    break
-                batch.append(item)
-            self._append(batch)
+                stop = item is None
+            if batch:
+                self._append(batch)
+            if columns is not None:
+                self._append_columns(*columns)
             with self._idle:
-                self._busy -= len(batch)
+                self._busy -= len(batch) + (columns is not None)
                 self._idle.notify_all()
             if stop:
                 return
+
+    def _append_columns(self, columns: RecordColumns, done: ColumnsDone) -> None:
+        if self._failed:  # behind a failed append nothing more is appended (gapless)
+            for i in range(len(columns)):
+                done.failed(i, Delivery(columns.record(i), error="not appended: an earlier append failed"))
+            return
+        try:
+            with self.journal.append(expect_registers={self.register: str(self.epoch)}) as tx:
+                for i in range(len(columns)):
+                    tx.write(
+                        columns.keys[i],
+                        columns.values[i],
+                        headers=columns.headers[i],
+                        namespace=columns.topics[i],
+                        timestamp=columns.create_times[i],
+                    )
+        except (ExpectationFailed, JournalError, OSError) as exc:
+            error = (
+                f"fenced: journal epoch register moved past {self.epoch}"
+                if isinstance(exc, ExpectationFailed)
+                else f"{type(exc).__name__}: {exc}"
+            )
+            for i in range(len(columns)):
+                self._failed[columns.keys[i]] = columns.leader_id
+                done.failed(i, Delivery(columns.record(i), error=error))
+            return
+        done.acked(len(columns))
 
     def _append(self, batch: list[_Item]) -> None:
         if self._failed:

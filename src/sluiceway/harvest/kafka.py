@@ -17,8 +17,8 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from sluiceway.errors import InvalidRecordError, PublishError
-from sluiceway.harvest.ports import Delivery
-from sluiceway.outbox.record import MarkedRecord, validate_topic
+from sluiceway.harvest.ports import ColumnsDone, Delivery
+from sluiceway.outbox.record import MarkedRecord, RecordColumns, validate_topic
 
 log = logging.getLogger("sluiceway.harvest.kafka")
 
@@ -203,6 +203,40 @@ class KafkaPublisher:
                 )
                 raise cls(f"{err.name()}: {err.str()}") from exc
 
+    def send_columns(self, columns: RecordColumns, done: ColumnsDone) -> None:
+        """The records of ``columns`` in order, one delivery callback object for all of them (see
+        :class:`_ColumnsReport`); the port's rules for ``send_columns``."""
+        topics, keys, values, headers = columns.topics, columns.keys, columns.values, columns.headers
+        for topic in set(topics) - self._valid_topics:
+            try:
+                validate_topic(topic)
+            except InvalidRecordError as exc:
+                raise PermanentPublishError(f"invalid topic {topic!r}: {exc.problem}") from exc
+            self._valid_topics.add(topic)
+        report = _ColumnsReport(columns, done, self._permanent)
+        producers = self._producers
+        one = producers[0] if len(producers) == 1 else None
+        for i in range(len(topics)):
+            key = keys[i]
+            producer = one or producers[hash(key) % len(producers)]
+            while True:
+                try:
+                    # str keys go in as UTF-8 without an encode() of ours; -1: the key's partition.
+                    producer.produce(topics[i], values[i], key, -1, report, headers=headers[i])  # type: ignore[arg-type]
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+                    if self._closed.is_set():
+                        raise PublishError("publisher closed while its queue was full") from None
+                except KafkaException as exc:
+                    err = exc.args[0]
+                    if err.code() not in self._permanent or err.fatal():
+                        cls = FatalPublishError if err.fatal() else PublishError
+                        raise cls(f"{err.name()}: {err.str()}") from exc
+                    error = f"{err.name()}: {err.str()}"
+                    done.failed(i, Delivery(columns.record(i), error=error, permanent=True))
+                    break
+
     def wait_ready(self) -> None:
         """Block until a new client can deliver (its idempotent producer id is assigned)."""
         if str(self.config.get("enable.idempotence", "false")).lower() in ("true", "1"):
@@ -223,6 +257,32 @@ class KafkaPublisher:
         self._closed.set()
         for t in self._pollers:
             t.join(timeout=2)
+
+
+class _ColumnsReport:
+    """The delivery callback of every message of one ``send_columns`` call: a success is one
+    count for ``done.acked``; a failure is traced back to its record (a delivery report carries
+    the topic, key and value, not the headers) for ``done.failed``."""
+
+    __slots__ = ("acked", "columns", "done", "permanent")
+
+    def __init__(self, columns: RecordColumns, done: ColumnsDone, permanent: frozenset[int]) -> None:
+        self.columns, self.done, self.permanent = columns, done, permanent
+        self.acked = done.acked
+
+    def __call__(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.acked(1)
+            return
+        key = msg.key()
+        index = self.columns.index_of(msg.topic(), key.decode() if key is not None else "", msg.value())
+        delivery = Delivery(
+            self.columns.record(index),
+            error=f"{err.name()}: {err.str()}",
+            permanent=err.code() in self.permanent,
+            fatal=err.fatal(),
+        )
+        self.done.failed(index, delivery)
 
 
 class SparePublishers:

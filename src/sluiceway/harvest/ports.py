@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import NamedTuple, Protocol
 
-from sluiceway.outbox.record import MarkedRecord
+from sluiceway.outbox.record import MarkedRecord, RecordColumns
 
 
 class Delivery(NamedTuple):
@@ -86,9 +86,47 @@ class Publisher(Protocol):
     # A publisher may also offer ``send_many(records, on_done)``: the records in order, at once,
     # with no synchronous failure part-way (it takes all or raises). The engine then hands it each
     # send batch whole.
+    #
+    # And ``send_columns(columns: RecordColumns, done: ColumnsDone)``: many records made at once
+    # (``sluice capture``'s appends), in order, with no object per record on either side. Each
+    # record is reported exactly once: counted in ``done.acked`` or named in ``done.failed``. A
+    # record the destination refuses at once and for good (too large for the client) is reported
+    # through ``done.failed`` too and the rest are sent; any other synchronous error is raised,
+    # the rest unsent and unreported (the caller ends its use of the publisher).
 
     def flush(self, timeout: float) -> int:
         """Wait for outstanding deliveries; return how many are still outstanding."""
         ...
 
     def close(self) -> None: ...
+
+
+class ColumnsDone(Protocol):
+    """How a publisher reports the records of one ``send_columns`` call, from any thread."""
+
+    def acked(self, count: int) -> None:
+        """``count`` more of the records were acknowledged (which ones: any, in any order)."""
+        ...
+
+    def failed(self, index: int, delivery: Delivery) -> None:
+        """Record ``index`` was not delivered (``delivery.error``, ``permanent``, ``fatal``)."""
+        ...
+
+
+def columns_via_send(publisher: Publisher, columns: RecordColumns, done: ColumnsDone) -> None:
+    """``send_columns`` for a publisher that has only ``send``/``send_many``: a record each."""
+    records = columns.records()
+    index = {id(record): i for i, record in enumerate(records)}
+
+    def on_done(delivery: Delivery) -> None:
+        if delivery.error is None:
+            done.acked(1)
+        else:
+            done.failed(index[id(delivery.record)], delivery)
+
+    many = getattr(publisher, "send_many", None)
+    if many is not None:
+        many(records, on_done)
+    else:
+        for record in records:
+            publisher.send(record, on_done)

@@ -56,6 +56,54 @@ class MarkedRecord(NamedTuple):
     partition: int | None = None
 
 
+@dataclass(slots=True)
+class RecordColumns:
+    """Records to publish, column-wise: record ``i`` is ``ids[i]``, ``topics[i]``, ``keys[i]``…,
+    all under one ``leader_id``. Made where many records are made at once (``sluice capture``'s
+    appends), so a publisher that offers ``send_columns`` sends them with no object per record;
+    :meth:`record` gives one as a :class:`MarkedRecord` where it is needed (a failure).
+    ``headers`` are lists: confluent-kafka takes nothing else for a message's headers.
+
+    >>> columns = RecordColumns([7], [None], ["t"], ["k"], [b"v"], [[("h", "1")]], "leader")
+    >>> len(columns), columns.record(0).headers
+    (1, (('h', '1'),))
+    """
+
+    ids: list[int]
+    create_times: list[datetime | None]
+    topics: list[str]
+    keys: list[str]
+    values: list[bytes | None]
+    headers: list[list[Header]]
+    leader_id: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def record(self, index: int) -> MarkedRecord:
+        i = index
+        return MarkedRecord(
+            self.ids[i],
+            self.create_times[i],
+            self.topics[i],
+            self.keys[i],
+            self.values[i],
+            tuple(self.headers[i]),
+            self.leader_id,
+        )
+
+    def records(self) -> list[MarkedRecord]:
+        return [self.record(i) for i in range(len(self.ids))]
+
+    def index_of(self, topic: str, key: str, value: bytes | None) -> int:
+        """The first record with this topic, key and value (-1 if none): how a Kafka delivery
+        report, which carries no headers, is traced back to its record."""
+        for i, (t, k, v) in enumerate(zip(self.topics, self.keys, self.values, strict=True)):
+            if k == key and v == value and t == topic:
+                return i
+        return -1
+
+
 def validate_record(
     record: OutboxRecord,
     *,
