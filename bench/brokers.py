@@ -196,14 +196,17 @@ async def raw_redis(place: Place, messages: list[Message], group: int, window: i
     from sluiceway.brokers.redis import connect_redis, xadd_args
     from sluiceway.config.brokers import RedisSettings
 
-    # The client as the harvester configures it: a reply awaited within the same timeout.
-    client = connect_redis(RedisSettings(url=REDIS_URL))
+    # The client as the publishers configure it: commands packed by hiredis, the replies of a
+    # pipeline awaited within one timeout.
+    settings = RedisSettings(url=REDIS_URL)
+    client = connect_redis(settings, reply_timeout=False)
 
     async def publish(chunk: list[Message]) -> None:
         pipe = client.pipeline(transaction=False)
         for m in chunk:
             pipe.execute_command(*xadd_args(m, 0))
-        await pipe.execute()
+        async with asyncio.timeout(settings.ack_timeout):
+            await pipe.execute()
 
     try:
         return await windowed(messages, publish, group, window)

@@ -73,6 +73,9 @@ class BrokerClient(Protocol):
 
     #: ``nats``, ``rabbitmq`` or ``redis``: names the broker in errors, events and metrics.
     broker: str
+    #: The broker applies one connection's messages in the order they were sent and a failure
+    #: of one (its connection lost) fails every later one: :meth:`Sender.submit_ordered` may be used.
+    in_order: bool
 
     async def connect(self) -> None:
         """(Re)connect if not connected; raise a retriable BrokerError when the broker is away."""

@@ -151,6 +151,7 @@ class NatsClient:
     """One NATS connection with JetStream publishing; see the module docstring for the mapping."""
 
     broker = BROKER
+    in_order = False
 
     def __init__(self, settings: NatsSettings) -> None:
         # Publishes awaiting their acknowledgement: failed at once when the connection drops.

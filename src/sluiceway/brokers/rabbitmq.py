@@ -90,6 +90,7 @@ class RabbitMqClient:
     """One AMQP connection with one confirming channel; see the module docstring for the mapping."""
 
     broker = BROKER
+    in_order = False
 
     def __init__(self, settings: RabbitMqSettings) -> None:
         self.settings = settings

@@ -14,6 +14,7 @@ alone decides what is sent again.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 from collections.abc import Sequence
@@ -38,6 +39,11 @@ def entry_offset(entry_id: str | bytes) -> int:
     far beyond generated ids), raise ValueError.
     """
     text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    ms_text, _, seq_text = text.partition("-")
+    if ms_text.isdigit() and seq_text.isdigit() and ms_text.isascii() and seq_text.isascii():
+        ms, seq = int(ms_text), int(seq_text)  # the usual "<ms>-<seq>", without the pattern
+        if seq < 1 << _SEQ_BITS and ms < 1 << (63 - _SEQ_BITS):
+            return ms << _SEQ_BITS | seq
     match = _ENTRY_ID.fullmatch(text)
     if match is None:  # int() alone would take "-5", "+5", " 5" and "5_0"
         raise ValueError(f"{text!r} is not a stream entry id (<ms>-<seq>)")
@@ -114,25 +120,70 @@ def map_error(exc: BaseException, action: str, target: str = "") -> BrokerError:
     return unexpected(BROKER, action, exc, target)
 
 
-def connect_redis(settings: RedisSettings, *, decode: bool = False) -> Any:
-    """An asyncio client for ``settings.url`` with redis-py's retries off."""
+def connect_redis(settings: RedisSettings, *, decode: bool = False, reply_timeout: bool = True) -> Any:
+    """An asyncio client for ``settings.url`` with redis-py's retries off, packing commands with
+    hiredis (:func:`_packing_connection`).
+
+    ``reply_timeout=False``: no timeout per reply; the caller bounds each round trip itself (a
+    pipeline of a thousand ``XADD`` commands under one timeout, not a timer set and cancelled per reply —
+    a fifth of the publishing thread, measured in bench/capture.py)."""
     import redis.asyncio
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
 
     return redis.asyncio.Redis.from_url(
         settings.url,
-        socket_timeout=settings.ack_timeout,
+        socket_timeout=settings.ack_timeout if reply_timeout else None,
         socket_connect_timeout=settings.connect_timeout,
         retry=Retry(NoBackoff(), 0),
         decode_responses=decode,
+        connection_class=_packing_connection(),
     )
+
+
+_PACKING: Any = None
+
+
+def _packing_connection() -> Any:
+    """redis-py's asyncio connection, its commands packed by hiredis (C) rather than in Python.
+
+    redis-py's synchronous client already packs with hiredis when it is installed; its asyncio
+    one does not, and packing was over a third of the publishing thread (bench/capture.py,
+    py-spy). A command whose name has a space (``CONFIG GET``) goes the Python way, which splits it.
+    """
+    global _PACKING
+    if _PACKING is None:
+        import hiredis
+        from redis.asyncio.connection import Connection
+
+        pack = hiredis.pack_command
+
+        class PackingConnection(Connection):
+            def pack_command(self, *args: Any) -> list[bytes]:
+                first = args[0]
+                if " " in (first if isinstance(first, str) else first.decode("latin-1")):
+                    return super().pack_command(*args)
+                return [pack(args)]
+
+            def pack_commands(self, commands: Any) -> list[bytes]:
+                out: list[bytes] = []
+                for command in commands:
+                    first = command[0]
+                    if first == "XADD":  # the hot path: no name to split
+                        out.append(pack(command))
+                    else:
+                        out += self.pack_command(*command)
+                return [b"".join(out)]
+
+        _PACKING = PackingConnection
+    return _PACKING
 
 
 class RedisClient:
     """An asyncio Redis client; see the module docstring for the mapping."""
 
     broker = BROKER
+    in_order = True
 
     def __init__(self, settings: RedisSettings) -> None:
         self.settings = settings
@@ -140,23 +191,27 @@ class RedisClient:
 
     async def connect(self) -> None:
         if self._redis is None:
-            self._redis = connect_redis(self.settings)
+            self._redis = connect_redis(self.settings, reply_timeout=False)
 
     async def check(self) -> None:
         """Connect and PING: the address, the credentials and the database number."""
         await self.connect()
         try:
-            await self._redis.ping()
+            async with asyncio.timeout(self.settings.ack_timeout):
+                await self._redis.ping()
         except Exception as exc:
             await self._reset()
             raise map_error(exc, "connect", self.settings.server) from exc
 
     async def publish(self, messages: Sequence[Message]) -> list[Ack | BrokerError]:
         pipe = self._redis.pipeline(transaction=False)
+        max_len = self.settings.max_len
         for message in messages:
-            pipe.execute_command(*xadd_args(message, self.settings.max_len))
+            pipe.execute_command(*xadd_args(message, max_len))
         try:
-            replies = await pipe.execute(raise_on_error=False)
+            # One bound for the round trip (the client sets none per reply: see connect_redis).
+            async with asyncio.timeout(self.settings.ack_timeout):
+                replies = await pipe.execute(raise_on_error=False)
         except Exception as exc:
             error = map_error(exc, "publish", messages[0].topic if len(messages) == 1 else "")
             await self._reset()

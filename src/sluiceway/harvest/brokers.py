@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from functools import partial
 
 from sluiceway.brokers import Ack, Message, Sender, open_client
 from sluiceway.brokers.message import epoch_millis
 from sluiceway.config.brokers import NatsTarget, RabbitMqTarget, RedisTarget
 from sluiceway.db.dsn import parse_dsn
 from sluiceway.errors import BrokerError
-from sluiceway.harvest.ports import Delivery
-from sluiceway.outbox.record import MarkedRecord
+from sluiceway.harvest.ports import ColumnsDone, Delivery
+from sluiceway.outbox.record import MarkedRecord, RecordColumns
 
 Target = NatsTarget | RabbitMqTarget | RedisTarget
 
@@ -58,9 +59,10 @@ class BrokerPublisher:
         self.prefix = prefix
         # stop_key_on_failure: gapless per key (the Publisher port's rule with perKeyInFlight > 1) —
         # once a record fails, its key's later records already handed over fail too, unsent.
-        self._sender = Sender(
-            open_client(target), target, may_send=may_send, stop_key_on_failure=True, name="harvest"
-        )
+        client = open_client(target)
+        #: Whole batches go as one ordered attempt (Sender.submit_ordered) where the broker keeps order.
+        self._ordered = bool(getattr(client, "in_order", False))
+        self._sender = Sender(client, target, may_send=may_send, stop_key_on_failure=True, name="harvest")
 
     def send(self, record: MarkedRecord, on_done: Callable[[Delivery], None]) -> None:
         self.send_many([record], on_done)
@@ -71,6 +73,51 @@ class BrokerPublisher:
         self._sender.submit_many(
             [(to_message(record, prefix), _reporter(record, on_done)) for record in records]
         )
+
+    def send_columns(self, columns: RecordColumns, done: ColumnsDone) -> None:
+        """The records of ``columns`` handed to the sender at once (the port's rules): as one
+        ordered batch where the broker keeps a connection's order (Redis), else a message each
+        behind its key's earlier ones."""
+        prefix, acked = self.prefix, done.acked
+        millis: dict[int, int | None] = {}  # a transaction's records share one commit time
+        for stamp in columns.create_times:
+            if id(stamp) not in millis:
+                millis[id(stamp)] = epoch_millis(stamp)
+        ids, topics, keys, values, headers, stamps = (
+            columns.ids, columns.topics, columns.keys, columns.values, columns.headers, columns.create_times
+        )  # fmt: skip
+        messages = [
+            Message(
+                topics[i], keys[i], values[i], tuple(headers[i]), f"{prefix}{ids[i]}", millis[id(stamps[i])]
+            )
+            for i in range(len(ids))
+        ]
+
+        def failed(index: int, error: BrokerError) -> None:
+            done.failed(index, Delivery(columns.record(index), error=str(error), permanent=error.permanent))
+
+        if self._ordered:
+
+            def outcomes(results: list[Ack | BrokerError]) -> None:
+                good = 0
+                for i, result in enumerate(results):
+                    if result.__class__ is Ack:
+                        good += 1
+                    else:
+                        failed(i, result)  # type: ignore[arg-type]
+                if good:
+                    acked(good)
+
+            self._sender.submit_ordered(messages, outcomes)
+            return
+
+        def outcome(index: int, result: Ack | BrokerError) -> None:
+            if result.__class__ is Ack:
+                acked(1)
+            else:
+                failed(index, result)  # type: ignore[arg-type]
+
+        self._sender.submit_many([(message, partial(outcome, i)) for i, message in enumerate(messages)])
 
     def flush(self, timeout: float) -> int:
         return self._sender.flush(timeout)
