@@ -221,29 +221,42 @@ class Sender:
             self._tasks.add(self._ordered_task)
 
     async def _deliver_ordered(self) -> None:
-        """The ordered batches, one attempt each, one at a time (see :meth:`submit_ordered`)."""
+        """The ordered batches in turn (see :meth:`submit_ordered`): whatever queued up while an
+        attempt was out goes as the next attempt, together (up to ``max_in_flight`` messages), so
+        the round trips are shared as a group commit shares its flush."""
+        limit = self.settings.max_in_flight
+        taken: list[tuple[list[Message], Callable[[list[Outcome]], None]]] = []
         try:
             while self._ordered:
-                messages, done = self._ordered[0]
+                taken = [self._ordered.popleft()]
+                size = len(taken[0][0])
+                while self._ordered and size + len(self._ordered[0][0]) <= limit:
+                    size += len(self._ordered[0][0])
+                    taken.append(self._ordered.popleft())
+                messages = [m for batch, _ in taken for m in batch]
                 if self._closing:
-                    outcomes: list[Outcome] = [
-                        BrokerError(self.broker, "publish", "the publisher closed", target=m.topic)
-                        for m in messages
-                    ]
+                    why = "the publisher closed"
                 elif not self.may_send():
-                    outcomes = [
-                        BrokerError(self.broker, "publish", "no longer the leader: not sent", target=m.topic)
-                        for m in messages
+                    why = "no longer the leader: not sent"
+                else:
+                    why = ""
+                if why:
+                    outcomes: list[Outcome] = [
+                        BrokerError(self.broker, "publish", why, target=m.topic) for m in messages
                     ]
                 else:
                     outcomes = await self._attempt(messages)
-                self._ordered.popleft()
-                self._report_ordered(messages, done, outcomes)
+                at, reporting = 0, taken
+                taken = []
+                for batch, done in reporting:
+                    self._report_ordered(batch, done, outcomes[at : at + len(batch)])
+                    at += len(batch)
         except asyncio.CancelledError:
-            while self._ordered:
-                messages, done = self._ordered.popleft()
+            # The attempt cut short and what waited behind it: each batch reported once, failed.
+            for messages, done in [*taken, *self._ordered]:
                 closed = BrokerError(self.broker, "publish", "the publisher closed", target=messages[0].topic)
                 self._report_ordered(messages, done, [closed] * len(messages))
+            self._ordered.clear()
             raise
         finally:
             if self._ordered_task is not None:
