@@ -92,9 +92,13 @@ class Broker:
     ...     broker.bootstrap                # '127.0.0.1:40123'
     """
 
-    def __init__(self, port: int | None = None, log_path: str | None = None) -> None:
+    def __init__(
+        self, port: int | None = None, log_path: str | None = None, *, advertised_port: int | None = None
+    ) -> None:
         self.port = port or free_port()
-        self.bootstrap = f"127.0.0.1:{self.port}"
+        #: The port clients are told to use (metadata): another one puts a proxy in between.
+        self.advertised_port = advertised_port or self.port
+        self.bootstrap = f"127.0.0.1:{self.advertised_port}"
         self._log_path = log_path
         self._proc: object = None
 
@@ -111,7 +115,7 @@ class Broker:
                 "--listener-url",
                 url,
                 "--advertised-listener-url",
-                url,
+                f"tcp://127.0.0.1:{self.advertised_port}",
                 "--storage-engine",
                 "memory://tansu/",
             ],
@@ -134,7 +138,8 @@ class Broker:
         from confluent_kafka.admin import AdminClient
 
         try:
-            AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0}).list_topics(timeout=1)
+            direct = f"127.0.0.1:{self.port}"  # not through a proxy it may advertise
+            AdminClient({"bootstrap.servers": direct, "log_level": 0}).list_topics(timeout=1)
         except Exception:
             return False
         return True

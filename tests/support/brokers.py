@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -253,18 +254,26 @@ def seqs(seen: list[Seen]) -> list[tuple[str, int]]:
 
 # -- a TCP proxy the test can cut -----------------------------------------------------------------------
 class CuttableProxy:
-    """Forwards a loopback port to a broker. ``cut()`` closes every connection and refuses new ones
-    (accepted, then closed at once) until ``restore()``."""
+    """Forwards a loopback port to a broker. ``cut()`` closes every connection (dropping what was
+    held) and refuses new ones (accepted, then closed at once) until ``restore()``.
 
-    def __init__(self, upstream_port: int) -> None:
+    It can also part "handed to the client library" from "acknowledged by the broker": with
+    ``delay`` every byte a client sends reaches the broker that much later, and ``hold()`` keeps
+    them back until ``release()`` (or a ``cut()`` loses them). Replies pass at once. ``port``: the
+    port to listen on (a Kafka broker must advertise the proxy's address to be reached through it).
+    """
+
+    def __init__(self, upstream_port: int, *, port: int = 0, delay: float = 0.0) -> None:
         self.upstream = ("127.0.0.1", upstream_port)
+        self.delay = delay
+        self.held = False
         self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._server.bind(("127.0.0.1", 0))
+        self._server.bind(("127.0.0.1", port))
         self._server.listen(64)
         self.port = self._server.getsockname()[1]
         self._lock = threading.Lock()
-        self._conns: list[socket.socket] = []
+        self._conns: list[tuple[socket.socket, socket.socket, _Pipe, _Pipe]] = []
         self._cut = False
         self._closed = False
         self.cuts = 0
@@ -276,6 +285,7 @@ class CuttableProxy:
             "nats": f"nats://127.0.0.1:{self.port}",
             "rabbitmq": f"amqp://guest:guest@127.0.0.1:{self.port}/",
             "redis": f"redis://127.0.0.1:{self.port}/0",
+            "kafka": f"127.0.0.1:{self.port}",
         }[broker]
 
     def _accept(self) -> None:
@@ -295,29 +305,31 @@ class CuttableProxy:
                     client.close()
                     continue
                 upstream.settimeout(None)
-                self._conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+                for sock in (client, upstream):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                up = _Pipe(self, client, upstream, delayed=True)
+                down = _Pipe(self, upstream, client, delayed=False)
+                self._conns.append((client, upstream, up, down))
 
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                dst.sendall(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            _hang_up(s)
+    def hold(self) -> None:
+        """Keep back what clients send from now on (connections stay open)."""
+        self.held = True
+
+    def release(self) -> None:
+        """Send on, in order, what was held."""
+        self.held = False
 
     def cut(self) -> None:
         with self._lock:
             self._cut = True
             self.cuts += 1
             conns, self._conns = self._conns, []
-        for s in conns:
-            _hang_up(s)
+        for client, upstream, *pipes in conns:
+            for pipe in pipes:
+                pipe.drop()  # held or delayed: lost, as on a network that went away
+            _hang_up(client)
+            _hang_up(upstream)
+        self.held = False
 
     def restore(self) -> None:
         with self._lock:
@@ -327,6 +339,59 @@ class CuttableProxy:
         self._closed = True
         self.cut()
         self._server.close()
+
+
+class _Pipe:
+    """One direction of one proxied connection: chunks read, each sent on once its time has come
+    (``delay`` later, and not while held, when ``delayed``)."""
+
+    def __init__(
+        self, proxy: CuttableProxy, source: socket.socket, sink: socket.socket, *, delayed: bool
+    ) -> None:
+        self.proxy, self.source, self.sink, self.delayed = proxy, source, sink, delayed
+        self.chunks: deque[tuple[float, bytes]] = deque()
+        self.ready = threading.Condition()
+        self.ended = False
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._write, daemon=True).start()
+
+    def _read(self) -> None:
+        try:
+            while True:
+                data = self.source.recv(65536)
+                if not data:
+                    break
+                due = time.monotonic() + (self.proxy.delay if self.delayed else 0.0)
+                with self.ready:
+                    self.chunks.append((due, data))
+                    self.ready.notify_all()
+        except OSError:
+            pass
+        with self.ready:
+            self.ended = True
+            self.ready.notify_all()
+
+    def _next(self) -> bytes | None:
+        with self.ready:
+            while True:
+                held = self.delayed and self.proxy.held
+                if self.chunks and not held and self.chunks[0][0] <= time.monotonic():
+                    return self.chunks.popleft()[1]
+                if self.ended and not self.chunks:
+                    return None
+                self.ready.wait(0.005)
+
+    def _write(self) -> None:
+        try:
+            while (data := self._next()) is not None:
+                self.sink.sendall(data)
+        except OSError:
+            pass
+        _hang_up(self.sink)
+
+    def drop(self) -> None:
+        with self.ready:
+            self.chunks.clear()
 
 
 def _hang_up(sock: socket.socket) -> None:

@@ -101,7 +101,9 @@ def test_connection_cut_mid_stream_loses_and_reorders_nothing(postgres_dsn: str,
         expected[key] = expected.get(key, 0) + 1
         records.append(OutboxRecord(topic, key, json.dumps({"seq": expected[key]})))
     stash(postgres_dsn, records)
-    proxy = CuttableProxy(PORTS[place.broker])
+    # Every request 20 ms late: the drain takes seconds, so both cuts land mid-stream (without it
+    # the harvester can be done before the count passes 3,000 and see no second outage at all).
+    proxy = CuttableProxy(PORTS[place.broker], delay=0.02)
     recorder = Recorder()
     try:
         harvest = started(
