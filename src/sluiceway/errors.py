@@ -124,7 +124,10 @@ class BrokerError(PublishError):
     (``connect``, ``publish``, ``read``…) and ``target`` the stream, exchange or subject involved.
     ``retriable``: the connection or the broker was briefly unavailable, trying again may succeed.
     ``permanent``: the broker can never accept this message (too large, no such stream): a
-    dead-letter candidate at once. Client-library errors are mapped to it once, in each adapter.
+    dead-letter candidate at once. ``refused``: the broker decided against this message by a rule
+    of its set-up (RabbitMQ returned it unroutable, published ``mandatory``): trying again helps
+    only once someone changes the set-up, so a publisher may retry it or give up at once.
+    Client-library errors are mapped to it once, in each adapter.
     """
 
     def __init__(
@@ -136,8 +139,9 @@ class BrokerError(PublishError):
         target: str = "",
         retriable: bool = False,
         permanent: bool = False,
+        refused: bool = False,
     ) -> None:
         self.broker, self.action, self.target, self.problem = broker, action, target, problem
-        self.retriable, self.permanent = retriable, permanent
+        self.retriable, self.permanent, self.refused = retriable, permanent, refused
         where = f" {target!r}" if target else ""
         super().__init__(f"{broker}: {action}{where} failed: {problem}")

@@ -66,7 +66,12 @@ def map_error(exc: BaseException, action: str, target: str = "", *, server: str 
     on = f" on {server}" if server else ""
     if isinstance(exc, aiormq.exceptions.PublishError):
         return BrokerError(
-            BROKER, action, "returned unroutable (no queue bound)", target=target, retriable=True
+            BROKER,
+            action,
+            "returned unroutable (no queue bound)",
+            target=target,
+            retriable=True,
+            refused=True,
         )
     if isinstance(exc, aiormq.exceptions.DeliveryError):
         return BrokerError(BROKER, action, "the broker refused it (nack)", target=target, retriable=True)

@@ -78,6 +78,8 @@ class Sender:
         *,
         may_send: Callable[[], bool] = lambda: True,
         stop_key_on_failure: bool = False,
+        retry_refused: bool = True,
+        continue_after_refusal: bool = False,
         name: str = "",
         clock: Clock | None = None,
     ) -> None:
@@ -86,6 +88,13 @@ class Sender:
         #: A failed message fails the messages queued behind it for the same key too (a sink that
         #: hands over whole batches: nothing of a key may be published after its failed record).
         self.stop_key_on_failure = stop_key_on_failure
+        #: A message the broker refused by a rule of its set-up (``BrokerError.refused``) is tried
+        #: again like a lost one (the harvester: the set-up may be fixed meanwhile), or fails at once.
+        self.retry_refused = retry_refused
+        #: With ``stop_key_on_failure``: a key's later messages still go after one that failed
+        #: for good (permanent or refused) — its sender handles that one (``sluice capture``'s
+        #: dead letters) — and fail unsent only after a failure that may be passing.
+        self.continue_after_refusal = continue_after_refusal
         self.broker = client.broker
         self.settings = settings
         self.may_send = may_send
@@ -307,7 +316,11 @@ class Sender:
                     item.attempts += 1
                     if isinstance(outcome, Ack):
                         done += finish(item, outcome)
-                    elif outcome.retriable and now - item.submitted < self.settings.delivery_timeout:
+                    elif (
+                        outcome.retriable
+                        and (self.retry_refused or not outcome.refused)
+                        and now - item.submitted < self.settings.delivery_timeout
+                    ):
                         item.last_error = outcome
                         retry.append(item)
                     else:
@@ -369,7 +382,11 @@ class Sender:
         reported = 1
         if behind is None:
             del self._heads[key]
-        elif self.stop_key_on_failure and outcome.__class__ is not Ack:
+        elif (
+            self.stop_key_on_failure
+            and not isinstance(outcome, Ack)
+            and not (self.continue_after_refusal and (outcome.permanent or outcome.refused))
+        ):
             # None of these was attempted (only a key's head is), so none is in the window.
             del self._heads[key], self._behind[key]
             assert isinstance(outcome, BrokerError)
@@ -379,9 +396,10 @@ class Sender:
                 f"not sent: an earlier message of key {key!r} failed ({outcome.problem})",
                 target=item.message.topic,
             )
+            self._report(item, outcome)  # the cause first, then what it held back
             for later in behind:
                 self._report(later, error)
-            reported += len(behind)
+            return reported + len(behind)
         else:
             nxt = self._heads[key] = behind.popleft()
             if not behind:

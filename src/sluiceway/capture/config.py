@@ -49,6 +49,21 @@ class JournalDestination(StrictModel):
     segment_bytes: int = Field(64 << 20, alias="segmentBytes", ge=1 << 16)
 
 
+class DeadLetterDestination(StrictModel):
+    """Where a change the destination refuses for good goes, so the stream goes on: a ``topic``
+    (Kafka topic, NATS subject, RabbitMQ routing key or Redis stream) of the capture's own
+    destination, or a ``journal`` (whatever the size of the change)."""
+
+    topic: str | None = None
+    journal: JournalDestination | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> DeadLetterDestination:
+        if (self.topic is None) == (self.journal is None):
+            raise ValueError("give a topic of the destination or a journal: {path: …}, exactly one")
+        return self
+
+
 class CaptureElection(StrictModel):
     """``database`` (default): a lease row in the captured database. ``kafka``: goharvest's NELI
     (a consumer group on a leader topic), for Kafka destinations."""
@@ -80,6 +95,9 @@ class CaptureSection(StrictModel):
     target: BrokerTarget | None = None
     journal: JournalDestination | None = None
     election: CaptureElection = Field(default_factory=CaptureElection)
+    #: A change the destination can never take goes here, and the stream goes on. Without it the
+    #: capture stops on such a change (``sluice capture inspect`` shows it, ``skip`` passes it).
+    dead_letter: DeadLetterDestination | None = Field(None, alias="deadLetter")
     #: How long a batch of changes may wait for the destination's acknowledgements before the
     #: capture gives up on this connection, reconnects and sends again from the confirmed position.
     delivery_timeout: Duration = Field(60.0, alias="deliveryTimeout", gt=0)

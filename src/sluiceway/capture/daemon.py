@@ -22,12 +22,13 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sluiceway.capture.config import CaptureConfig
 from sluiceway.capture.mapping import TopicMap
 from sluiceway.capture.metrics import CaptureMeter
-from sluiceway.capture.target import DeliveryFailed, PositionFile, PublishTarget
+from sluiceway.capture.refusals import RefusalLog
+from sluiceway.capture.target import DeadLetter, DeliveryFailed, PositionFile, PublishTarget
 from sluiceway.cdc.capture import Capture as SlotCapture
 from sluiceway.cdc.capture import CaptureOptions
 from sluiceway.cdc.errors import SlotInUseError, StreamInterrupted
@@ -36,8 +37,9 @@ from sluiceway.cdc.postgres import CdcSession
 from sluiceway.db.dsn import parse_dsn
 from sluiceway.election.elected import Elected
 from sluiceway.election.protocol import ElectionListener, LeaderElection
-from sluiceway.errors import DatabaseError, DatabaseUnavailableError, PublishError
+from sluiceway.errors import DatabaseError, DatabaseUnavailableError, LeadershipError, PublishError
 from sluiceway.harvest.ports import Publisher
+from sluiceway.journal import JournalError
 
 log = logging.getLogger("sluiceway.capture")
 
@@ -164,6 +166,11 @@ class Capture(Elected):
             publisher = self._publisher_factory(epoch)
         except PublishError as exc:
             raise DeliveryFailed(f"cannot open the destination: {exc}") from exc
+        try:
+            dead_letter = self._dead_letter(publisher, epoch)
+        except BaseException:
+            publisher.close()
+            raise
         target = PublishTarget(
             publisher,
             self.topics,
@@ -173,6 +180,8 @@ class Capture(Elected):
             may_continue=self._leading,
             meter=self.meter,
             position_file=PositionFile(Path(c.state_path) / "published.lsn"),
+            refusals=RefusalLog(c.state_path),
+            dead_letter=dead_letter,
         )
         slot = SlotCapture(self.options, target)
         target.on_durable = slot.durable_at
@@ -213,6 +222,29 @@ class Capture(Elected):
 
         return until
 
+    def _dead_letter(self, publisher: Publisher, epoch: int) -> DeadLetter | None:
+        """The term's dead letter destination (``deadLetter:``): a topic of its own destination,
+        through the term's publisher, or a journal of its own."""
+        c = self.config.capture
+        if c.dead_letter is None:
+            return None
+        if c.dead_letter.journal is None:
+            return DeadLetter(publisher, c.dead_letter.topic)
+        from sluiceway.harvest.journal_target import JournalPublisher
+
+        journal = c.dead_letter.journal
+        try:
+            letters = JournalPublisher(
+                journal.path,
+                epoch=epoch,
+                register=f"sluiceway.capture.{c.slot}.dead-letters.epoch",
+                segment_bytes=journal.segment_bytes,
+                fsync=journal.fsync,
+            )
+        except (LeadershipError, JournalError) as exc:
+            raise DeliveryFailed(f"cannot open the dead letter journal {journal.path}: {exc}") from exc
+        return DeadLetter(letters)
+
     # -- defaults from configuration ---------------------------------------------------------
     def _default_election(self) -> LeaderElection:
         c = self.config.capture
@@ -237,7 +269,12 @@ class Capture(Elected):
 
             target = c.target
             prefix = target.msg_id_prefix or _msg_id_prefix(c.dsn, c.slot)
-            return lambda epoch: BrokerPublisher(target, prefix=prefix, may_send=self._leading)
+            # A refusal (RabbitMQ's unroutable, with mandatory) is final: the capture stops on it,
+            # or, with a dead letter destination, sends it there and goes on with the key's next.
+            refused: Literal["pass", "stop"] = "pass" if c.dead_letter is not None else "stop"
+            return lambda epoch: BrokerPublisher(
+                target, prefix=prefix, may_send=self._leading, refused=refused
+            )
         if c.journal is not None:
             journal = c.journal
 

@@ -29,6 +29,9 @@ class CaptureMeter:
         self.confirmed = 0
         self.lag_bytes = 0
         self.leading = False
+        #: Changes passed over as told (``sluice capture skip``), and sent to the dead letter destination.
+        self.skips = 0
+        self.dead_letters = 0
         self._lock = threading.Lock()
         self._prom: dict[str, Any] | None = None
         self._endpoint: MetricsEndpoint | None = None
@@ -48,6 +51,12 @@ class CaptureMeter:
             "lag": Gauge("sluice_capture_lag_bytes", "WAL written past the confirmed position",
                          label, registry=registry),
             "leader": Gauge("sluice_capture_leader", "1 while capturing", label, registry=registry),
+            "skipped": Counter("sluice_capture_skipped_total",
+                               "Refused changes passed over as told (sluice capture skip)",
+                               label, registry=registry),
+            "dead_letters": Counter("sluice_capture_dead_letters_total",
+                                    "Refused changes sent to the dead letter destination",
+                                    label, registry=registry),
             "latency": Histogram("sluice_capture_publish_latency_seconds",
                                  "Commit to broker acknowledgement, per change", label,
                                  registry=registry, buckets=_BUCKETS),
@@ -75,6 +84,18 @@ class CaptureMeter:
                 :: max(1, len(commits) // 64)
             ]:  # a sample per append: cheap, representative
                 histogram.observe(max(0.0, now - micros / 1e6))
+
+    def skipped(self, count: int) -> None:
+        with self._lock:
+            self.skips += count
+        if self._prom is not None:
+            self._prom["skipped"].labels(self.name).inc(count)
+
+    def dead_lettered(self) -> None:
+        with self._lock:
+            self.dead_letters += 1
+        if self._prom is not None:
+            self._prom["dead_letters"].labels(self.name).inc()
 
     def position(self, confirmed: int, wal_end: int) -> None:
         self.confirmed = confirmed

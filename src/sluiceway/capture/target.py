@@ -24,7 +24,9 @@ sender fails a key's later messages unsent once one fails.
 
 from __future__ import annotations
 
+import logging
 import os
+import queue
 import threading
 import time
 from collections import deque
@@ -36,10 +38,18 @@ import pyarrow as pa
 
 from sluiceway.capture.mapping import TopicMap, to_columns
 from sluiceway.capture.metrics import CaptureMeter
+from sluiceway.capture.refusals import RefusalLog, RefusedChange, refused
 from sluiceway.cdc.errors import CdcError
+from sluiceway.cdc.pgoutput import format_lsn
 from sluiceway.errors import PublishError
 from sluiceway.harvest.ports import ColumnsDone, Delivery, Publisher, columns_via_send
 from sluiceway.outbox.record import RecordColumns
+
+log = logging.getLogger("sluiceway.capture")
+
+#: A dead letter's headers: the destination's refusal, and the topic it was refused on.
+REFUSAL_HEADER = "sluice.refusal"
+TOPIC_HEADER = "sluice.topic"
 
 
 class DeliveryFailed(CdcError):
@@ -48,8 +58,17 @@ class DeliveryFailed(CdcError):
 
 
 class UndeliverableChange(CdcError):
-    """The destination can never accept a change (too large, an invalid topic): the capture stops
-    rather than skip it; fix the destination (or the topic template) and start it again."""
+    """The destination can never accept a change (too large, an invalid topic, unroutable): with no
+    ``deadLetter:`` the capture stops on it (recorded for ``sluice capture inspect``); fix the
+    destination and start it again, or ``sluice capture skip`` the change."""
+
+
+class DeadLetter:
+    """Where a :class:`PublishTarget` sends a change its destination refused for good: a
+    publisher (the term's own, or a journal's) and, for the term's own, the topic to use."""
+
+    def __init__(self, publisher: Publisher, topic: str | None = None) -> None:
+        self.publisher, self.topic = publisher, topic
 
 
 class _Append:
@@ -75,12 +94,12 @@ class _Append:
 
     def failed(self, index: int, delivery: Delivery) -> None:
         target = self.target
-        with target._lock:
-            target._in_flight -= 1
-            if target._failure is None:
-                target._failure = _failure(delivery)
-            if target._waiting:
-                target._room.notify_all()
+        if delivery.permanent and target.dead_letter is not None:
+            target._dead_letters.put((self, delivery))  # acknowledged once the dead letter is
+            target._dead_letter_worker()
+            return
+        failure = target._refusal(delivery) if delivery.permanent else _failure(delivery)
+        target._fail(failure)
 
 
 class PublishTarget:
@@ -112,6 +131,8 @@ class PublishTarget:
         may_continue: Callable[[], bool] = lambda: True,
         meter: CaptureMeter | None = None,
         position_file: PositionFile | None = None,
+        refusals: RefusalLog | None = None,
+        dead_letter: DeadLetter | None = None,
     ) -> None:
         self.publisher = publisher
         self.topics = topics
@@ -122,6 +143,18 @@ class PublishTarget:
         self.may_continue = may_continue
         self.meter = meter
         self.position_file = position_file
+        #: Where refused changes are recorded (the one stopped on, dead letters, skips).
+        self.refusals = refusals
+        #: Sequence ids of changes to pass over (``sluice capture skip``), read at the term's start.
+        known = refusals.read() if refusals is not None else None
+        self.skips = frozenset(s.sid for s in known.skips) if known is not None else frozenset()
+        #: Past this position, the skips and the change stopped on are done with (forgotten).
+        self._refusals_until = (
+            max([s.lsn for s in known.skips] + [known.stuck.lsn if known.stuck else 0]) if known else 0
+        )
+        self.dead_letter = dead_letter
+        self._dead_letters: queue.Queue[tuple[_Append, Delivery] | None] = queue.Queue()
+        self._dead_letter_thread: threading.Thread | None = None
         #: Called (from a publisher's thread, or the appender's) with each new durable position.
         self.on_durable: Callable[[int], None] = lambda position: None
         send_columns = getattr(publisher, "send_columns", None)
@@ -143,6 +176,8 @@ class PublishTarget:
 
     def append(self, batch: pa.RecordBatch, end: int) -> None:
         columns = to_columns(batch, self.topics, leader=self.leader, tombstones=self.tombstones)
+        if self.skips and not self.skips.isdisjoint(columns.ids):
+            columns = self._skip(columns)
         entry = _Append(self, end, columns)
         count = len(columns)
         moved = None
@@ -193,6 +228,96 @@ class PublishTarget:
                 f"the destination refused a change: {exc}"
             ) from exc
 
+    # -- changes the destination refuses ----------------------------------------------------------
+    def _skip(self, columns: RecordColumns) -> RecordColumns:
+        """``columns`` without the changes the operator chose to pass over (``sluice capture skip``)."""
+        keep = [i for i, sid in enumerate(columns.ids) if sid not in self.skips]
+        passed = len(columns) - len(keep)
+        for sid in set(columns.ids) & self.skips:
+            log.warning("capture: passing over the change %s as told (sluice capture skip)", sid)
+        if self.meter is not None:
+            self.meter.skipped(passed)
+        if self.refusals is not None:
+            self.refusals.passed(passed, self._durable)
+        return RecordColumns(
+            [columns.ids[i] for i in keep],
+            [columns.create_times[i] for i in keep],
+            [columns.topics[i] for i in keep],
+            [columns.keys[i] for i in keep],
+            [columns.values[i] for i in keep],
+            [columns.headers[i] for i in keep],
+            columns.leader_id,
+        )
+
+    def _refusal(self, delivery: Delivery, also: str = "") -> UndeliverableChange:
+        """The change ``delivery`` names is refused for good: recorded as the one the capture stops on."""
+        record = delivery.record
+        change = refused(record, record.topic, f"{delivery.error}{also}")
+        if self.refusals is not None:
+            self.refusals.stopped_on(change)
+        lsn = format_lsn(change.lsn)
+        return UndeliverableChange(
+            f"the destination can never accept the change to {change.describe()}: {delivery.error}{also} "
+            f"(sluice capture inspect shows it; sluice capture skip --lsn {lsn} passes over it, or give "
+            "the capture a deadLetter: destination)"
+        )
+
+    def _fail(self, failure: CdcError) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            # The first failure ends the term; a refusal found meanwhile is the one to report (the
+            # others may only be its consequences: a key's later changes failed unsent).
+            if self._failure is None or (
+                isinstance(failure, UndeliverableChange) and not isinstance(self._failure, UndeliverableChange)
+            ):
+                self._failure = failure
+            if self._waiting:
+                self._room.notify_all()
+
+    def _dead_letter_worker(self) -> None:
+        with self._lock:
+            if self._dead_letter_thread is None:
+                self._dead_letter_thread = threading.Thread(
+                    target=self._send_dead_letters, name="sluice-capture-dead-letters", daemon=True
+                )
+                self._dead_letter_thread.start()
+
+    def _send_dead_letters(self) -> None:
+        """Refused changes to the dead letter destination, one at a time (they are rare): the
+        change itself, its refusal and original topic in headers; acknowledged, it counts as
+        delivered."""
+        assert self.dead_letter is not None
+        publisher, topic = self.dead_letter.publisher, self.dead_letter.topic
+        while (item := self._dead_letters.get()) is not None:
+            entry, delivery = item
+            record = delivery.record
+            change = refused(record, record.topic, delivery.error or "")
+            letter = record._replace(
+                topic=topic or record.topic,
+                headers=(*record.headers, (REFUSAL_HEADER, change.refusal), (TOPIC_HEADER, record.topic)),
+            )
+            done = partial(self._dead_lettered, entry, delivery, change)
+            try:
+                publisher.send(letter, done)
+            except PublishError as exc:
+                self._fail(self._refusal(delivery, f"; the dead letter destination refused it too: {exc}"))
+
+    def _dead_lettered(
+        self, entry: _Append, refused_by: Delivery, change: RefusedChange, outcome: Delivery
+    ) -> None:
+        if outcome.error is not None:
+            also = f"; the dead letter destination refused it too: {outcome.error}"
+            self._fail(self._refusal(refused_by, also))
+            return
+        if self.refusals is not None:
+            self.refusals.dead_lettered(change)
+        if self.meter is not None:
+            self.meter.dead_lettered()
+        log.warning(
+            "capture: the destination refused the change to %s: sent to the dead letters", change.describe()
+        )
+        entry.acked(1)
+
     def _advance_locked(self) -> int | None:
         """Drop the acknowledged appends at the head; the end of the last one dropped, if any."""
         moved = None
@@ -208,10 +333,18 @@ class PublishTarget:
             # Kept before it is confirmed: after a server restart the slot may be older than this.
             if self.position_file is not None:
                 self.position_file.write(position)
+            if self._refusals_until and position >= self._refusals_until and self.refusals is not None:
+                self.refusals.passed(0, position)
+                self._refusals_until = 0
             self.on_durable(position)
 
     def close(self) -> None:
+        if self._dead_letter_thread is not None:
+            self._dead_letters.put(None)
+            self._dead_letter_thread.join(10)
         self.publisher.close()
+        if self.dead_letter is not None and self.dead_letter.publisher is not self.publisher:
+            self.dead_letter.publisher.close()
 
 
 def _failure(delivery: Delivery) -> CdcError:

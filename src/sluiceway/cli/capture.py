@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from pathlib import Path
 
 import typer
@@ -16,14 +17,19 @@ from sluiceway.heap import tune_collector
 log = logging.getLogger("sluiceway.capture")
 
 
-def register(app: typer.Typer) -> None:
-    app.command("capture")(capture)
+app = typer.Typer(invoke_without_command=True, no_args_is_help=False)
 
 
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="capture")
+
+
+@app.callback()
 @friendly_errors
 def capture(
+    ctx: typer.Context,
     file: Path = typer.Option(
-        ..., "-f", "--file", help="capture.yaml: the tables, the slot, the destination."
+        None, "-f", "--file", help="capture.yaml: the tables, the slot, the destination."
     ),
     metrics_addr: str = typer.Option(None, "--metrics-addr", help=METRICS_ADDR_HELP),
     log_format: str = typer.Option("text", "--log-format", help="text or json"),
@@ -34,10 +40,26 @@ def capture(
     Checks first that the server allows logical decoding, that the tables exist, and that a NATS,
     RabbitMQ or Redis destination accepts the connection (exit 1 with one line if not). Each change
     is published with its table's key, in commit order; the position confirmed to PostgreSQL is
-    the end of the last transaction the destination acknowledged whole.
+    the end of the last transaction the destination acknowledged whole. A change the destination
+    refuses for good stops it (exit 1; `sluice capture inspect` shows the change) unless the file
+    names a deadLetter: destination.
 
-    Example: sluice capture -f capture.yaml --metrics-addr 127.0.0.1:9465
+    Examples:
+
+      sluice capture -f capture.yaml --metrics-addr 127.0.0.1:9465
+
+      sluice capture inspect -f capture.yaml
+
+      sluice capture skip -f capture.yaml --lsn 0/1A2B3C8
     """
+    if ctx.invoked_subcommand is not None:
+        return
+    if file is None:
+        raise fail("give the capture's file: sluice capture -f capture.yaml (sluice capture --help)")
+    _run(file, metrics_addr, log_format)
+
+
+def _run(file: Path, metrics_addr: str | None, log_format: str) -> None:
     from sluiceway.capture import Capture, CaptureConfig
 
     config = CaptureConfig.from_file(file)
@@ -75,3 +97,70 @@ def capture(
     finally:
         daemon.stop()
     log.info("capture stopped")
+
+
+@app.command("inspect")
+@friendly_errors
+def inspect(
+    file: Path = typer.Option(..., "-f", "--file", help="capture.yaml"),
+    fmt: str = typer.Option("text", "--format", help="text or json"),
+) -> None:
+    """Show the change the capture stopped on because its destination refuses it (table, key,
+    position, size, the destination's words), the changes told to be passed over, and how many
+    were passed over or sent to the dead letter destination. Reads the state directory only.
+
+    Example: sluice capture inspect -f capture.yaml
+    """
+    import json
+
+    from sluiceway.capture import CaptureConfig
+    from sluiceway.capture.refusals import RefusalLog
+    from sluiceway.cdc.pgoutput import format_lsn
+
+    if fmt not in ("text", "json"):
+        raise fail(f"--format must be text or json, got {fmt!r}")
+    config = CaptureConfig.from_file(file)
+    refusals = RefusalLog(config.capture.state_path).read()
+    if fmt == "json":
+        typer.echo(json.dumps(refusals.to_json()))
+        return
+    stuck = refusals.stuck
+    if stuck is None:
+        typer.echo(f"capture {config.capture.name}: no change is stuck")
+    else:
+        lsn = format_lsn(stuck.lsn)
+        when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(stuck.at))
+        typer.echo(f"capture {config.capture.name} stopped on a change its destination refuses:")
+        place = f"{lsn} (change {stuck.index + 1} of its transaction)"
+        for name, value in (
+            ("table", stuck.table), ("key", stuck.key), ("lsn", place), ("size", f"{stuck.size:,} bytes"),
+            ("topic", stuck.topic), ("refusal", stuck.refusal), ("since", when),
+        ):  # fmt: skip
+            typer.echo(f"  {name:8} {value}")
+        typer.echo(f"pass over it:  sluice capture skip -f {file} --lsn {lsn}")
+        typer.echo("or give the capture a deadLetter: destination and start it again")
+    for skip in refusals.skips:
+        typer.echo(f"to pass over: {skip.describe()}")
+    typer.echo(
+        f"passed over so far: {refusals.skipped}; sent to the dead letters so far: {refusals.dead_lettered}"
+    )
+
+
+@app.command("skip")
+@friendly_errors
+def skip(
+    file: Path = typer.Option(..., "-f", "--file", help="capture.yaml"),
+    lsn: str = typer.Option(..., "--lsn", help="The stuck change's position, as inspect prints it (X/Y)."),
+) -> None:
+    """Pass over the change the capture stopped on: recorded in the state directory, and the
+    capture's next term passes over exactly that change (counted in sluice_capture_skipped_total
+    and in status). Only the stuck change can be skipped: any other position is refused.
+
+    Example: sluice capture skip -f capture.yaml --lsn 0/1A2B3C8
+    """
+    from sluiceway.capture import CaptureConfig
+    from sluiceway.capture.refusals import RefusalLog
+
+    config = CaptureConfig.from_file(file)
+    change = RefusalLog(config.capture.state_path).skip(lsn)
+    typer.echo(f"skipped {change.describe()}: the capture passes over it when it runs next")

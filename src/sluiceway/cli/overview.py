@@ -128,16 +128,18 @@ def _tables(report: dict[str, Any]) -> Group:
     if report.get("captures"):
         t = Table(title="captures", title_justify="left")
         for col in ("name", "health", "destination", "slot", "confirmed", "WAL retained", "published",
-                    "leader", "tables copying"):  # fmt: skip
+                    "leader", "tables copying", "skipped / dead letters"):  # fmt: skip
             t.add_column(col)
         for e in report["captures"]:
             slot = e["slot"] or {}
             leader = e["leader"] or {}
+            refusals = e.get("refusals") or {}
             copying = [x["table"] for x in e["tables"] or [] if x["phase"] == "copy"]
             t.add_row(
                 e["name"], _health(e), e["destination"] or "-", e["slot_name"] or "-",
                 slot.get("confirmed_lsn") or "-", _n(slot.get("wal_retained_bytes")),
                 e["published_lsn"] or "-", str(leader.get("holder") or "-"), ", ".join(copying) or "-",
+                f"{_n(refusals.get('skipped'))} / {_n(refusals.get('dead_lettered'))}",
             )  # fmt: skip
         out.append(t)
     problems = unhealthy(report)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from functools import partial
+from typing import Literal
 
 from sluiceway.brokers import Ack, Message, Sender, open_client
 from sluiceway.brokers.message import epoch_millis
@@ -53,16 +54,37 @@ class BrokerPublisher:
     #: with each dispatched batch whole (no send threads, no ``sendBuffer``-sized pieces).
     inline = True
 
-    def __init__(self, target: Target, *, prefix: str, may_send: Callable[[], bool] = lambda: True) -> None:
+    def __init__(
+        self,
+        target: Target,
+        *,
+        prefix: str,
+        may_send: Callable[[], bool] = lambda: True,
+        refused: Literal["retry", "stop", "pass"] = "retry",
+    ) -> None:
+        """``refused``: what a message the broker refuses by a rule of its set-up (RabbitMQ's
+        unroutable, ``mandatory``) becomes: ``retry`` — tried again like a lost one (the
+        harvester); ``stop`` — a permanent failure at once, the key's later messages failed
+        unsent; ``pass`` — a permanent failure at once, the key's later messages sent on (its
+        sender takes the refused one elsewhere: ``sluice capture``'s dead letters)."""
         self.target = target
         self.broker = target.type
         self.prefix = prefix
+        self._final = refused != "retry"
         # stop_key_on_failure: gapless per key (the Publisher port's rule with perKeyInFlight > 1) —
         # once a record fails, its key's later records already handed over fail too, unsent.
         client = open_client(target)
         #: Whole batches go as one ordered attempt (Sender.submit_ordered) where the broker keeps order.
         self._ordered = bool(getattr(client, "in_order", False))
-        self._sender = Sender(client, target, may_send=may_send, stop_key_on_failure=True, name="harvest")
+        self._sender = Sender(
+            client,
+            target,
+            may_send=may_send,
+            stop_key_on_failure=True,
+            retry_refused=not self._final,
+            continue_after_refusal=refused == "pass",
+            name="harvest",
+        )
 
     def send(self, record: MarkedRecord, on_done: Callable[[Delivery], None]) -> None:
         self.send_many([record], on_done)
@@ -71,7 +93,7 @@ class BrokerPublisher:
         """Several records, in order, handed to the sender at once (the engine's send batches)."""
         prefix = self.prefix
         self._sender.submit_many(
-            [(to_message(record, prefix), _reporter(record, on_done)) for record in records]
+            [(to_message(record, prefix), _reporter(record, on_done, self._final)) for record in records]
         )
 
     def send_columns(self, columns: RecordColumns, done: ColumnsDone) -> None:
@@ -93,8 +115,11 @@ class BrokerPublisher:
             for i in range(len(ids))
         ]
 
+        final = self._final
+
         def failed(index: int, error: BrokerError) -> None:
-            done.failed(index, Delivery(columns.record(index), error=str(error), permanent=error.permanent))
+            permanent = error.permanent or (final and error.refused)
+            done.failed(index, Delivery(columns.record(index), error=str(error), permanent=permanent))
 
         if self._ordered:
 
@@ -127,12 +152,13 @@ class BrokerPublisher:
 
 
 def _reporter(
-    record: MarkedRecord, on_done: Callable[[Delivery], None]
+    record: MarkedRecord, on_done: Callable[[Delivery], None], final: bool
 ) -> Callable[[Ack | BrokerError], None]:
     def done(outcome: Ack | BrokerError) -> None:
         if isinstance(outcome, Ack):
             on_done(Delivery(record, offset=outcome.position))
         else:
-            on_done(Delivery(record, error=str(outcome), permanent=outcome.permanent))
+            permanent = outcome.permanent or (final and outcome.refused)
+            on_done(Delivery(record, error=str(outcome), permanent=permanent))
 
     return done

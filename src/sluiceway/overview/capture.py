@@ -3,7 +3,8 @@ position its destination acknowledged, and how far each table's copy has come.
 
 Reads only, and nothing the capture itself holds: the slot's row in ``pg_replication_slots``, the
 lease row (:func:`~sluiceway.overview.leases.leader_of`), and two files of its state directory —
-``published.lsn`` (replaced atomically by the capture) and the copy's ``state.json``. A standby's
+``published.lsn`` (replaced atomically by the capture), the copy's ``state.json`` and
+``refusals.json`` (a change the destination refuses). A standby's
 or a stopped capture's figures are the same reads; a capture that never ran has no slot, which
 the checks report (:func:`~sluiceway.overview.checks.capture_problems`).
 """
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sluiceway.capture import CaptureConfig
+from sluiceway.capture.refusals import RefusalLog
 from sluiceway.capture.target import PositionFile
 from sluiceway.cdc.pgoutput import format_lsn
 from sluiceway.cdc.postgres import CdcSession
@@ -60,6 +62,7 @@ def capture_status(config: CaptureConfig) -> dict[str, Any]:
         with Database(c.dsn, read_only=True) as db:
             leader = leader_of(db, c.election_name)
     published = PositionFile(Path(c.state_path) / "published.lsn").read()
+    refusals = RefusalLog(c.state_path).read()
     return {
         "slot": None
         if info is None
@@ -73,4 +76,11 @@ def capture_status(config: CaptureConfig) -> dict[str, Any]:
         "leader": leader,
         "published_lsn": None if published is None else format_lsn(published),
         "tables": tables,
+        # Changes the destination refuses for good (docs/cdc.md, "A change the destination refuses").
+        "refusals": {
+            "stuck": None if refusals.stuck is None else refusals.stuck.to_json(),
+            "to_skip": len(refusals.skips),
+            "skipped": refusals.skipped,
+            "dead_lettered": refusals.dead_lettered,
+        },
     }

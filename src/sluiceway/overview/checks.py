@@ -89,6 +89,12 @@ def capture_problems(entry: dict[str, Any], checks: Checks) -> list[str]:
                 f"slot {slot.get('slot')} retains {retained} bytes of WAL "
                 f"(threshold {checks.cdc_lag_bytes}): is sluice capture keeping up?"
             )
+    stuck = (entry.get("refusals") or {}).get("stuck")
+    if stuck:
+        problems.append(
+            f"stopped on a change its destination refuses: {stuck['table']} key {stuck['key']!r} at "
+            f"{stuck['lsn']} ({stuck['refusal']}): sluice capture inspect -f {entry.get('file')}"
+        )
     election = entry.get("election") or {}
     leader = entry.get("leader")
     # The database clock decides expiry: a holder whose lease ran out holds nothing.

@@ -167,3 +167,59 @@ def test_the_old_row_sent_whole_becomes_before_and_leaves_the_headers() -> None:
     assert json.loads(update.value or b"")["before"] == {"id": 1, "n": 1}
     assert json.loads(insert.value or b"")["before"] is None
     assert "pg.before" not in dict(update.headers) and dict(update.headers)["pg.xid"] == "7"
+
+
+def test_a_refused_change_is_recorded_as_the_one_stopped_on_and_skipped_next_term(tmp_path: Path) -> None:
+    from sluiceway.capture.refusals import RefusalLog
+
+    log = RefusalLog(tmp_path)
+    pub = HeldPublisher()
+    t, durable = target(pub, refusals=log)
+    t.append(batch(0x30, [("insert", "1", '{"id":1}'), ("insert", "2", '{"id":2}')]), 0x30)
+    pub.ack(0)
+    pub.ack(1, error="message too large", permanent=True)
+    with pytest.raises(UndeliverableChange, match="skip --lsn 0/30"):
+        t.check()
+    stuck = log.read().stuck
+    assert stuck is not None and (stuck.key, stuck.lsn, stuck.index) == ("2", 0x30, 1)
+    with pytest.raises(Exception, match="not 0/31"):
+        log.skip("0/31")
+    assert log.skip("0/30").key == "2" and log.read().stuck is None
+    # The next term passes over exactly that change, and forgets the skip once past its transaction.
+    pub2 = HeldPublisher()
+    t2, durable2 = target(pub2, refusals=log)
+    t2.append(batch(0x30, [("insert", "1", '{"id":1}'), ("insert", "2", '{"id":2}')]), 0x30)
+    assert [r.key for r, _ in pub2.sent] == ["1"]
+    pub2.ack(0)
+    assert durable2 == [0x30]
+    refusals = log.read()
+    assert refusals.skipped == 1 and refusals.skips == [] and durable == []
+
+
+def test_a_dead_letter_stands_for_the_refused_change_and_a_refused_dead_letter_stops(tmp_path: Path) -> None:
+    from sluiceway.capture.refusals import RefusalLog
+    from sluiceway.capture.target import DeadLetter
+    from sluiceway.testing import wait_until
+
+    log = RefusalLog(tmp_path)
+    pub, letters = HeldPublisher(), HeldPublisher()
+    t, durable = target(pub, refusals=log, dead_letter=DeadLetter(letters, "dead"))
+    t.append(batch(0x40, [("insert", "1", '{"id":1}'), ("insert", "2", '{"id":2}')]), 0x40)
+    pub.ack(0, error="too large", permanent=True)
+    wait_until(lambda: len(letters.sent) == 1, timeout=5)
+    letter = letters.sent[0][0]
+    assert (letter.topic, letter.key, dict(letter.headers)["sluice.refusal"]) == ("dead", "1", "too large")
+    assert dict(letter.headers)["sluice.topic"] == "cdc.public.orders"
+    pub.ack(1)
+    assert durable == []  # the dead letter is not acknowledged yet
+    letters.ack(0)
+    assert durable == [0x40]
+    t.check()  # the stream goes on
+    assert log.read().dead_lettered == 1 and log.read().stuck is None
+    t.append(batch(0x50, [("insert", "3", "{}")]), 0x50)
+    pub.ack(2, error="too large", permanent=True)
+    wait_until(lambda: len(letters.sent) == 2, timeout=5)
+    letters.ack(1, error="dead letters refused as well")
+    with pytest.raises(UndeliverableChange, match="dead letter destination refused it too"):
+        t.check()
+    t.close()
