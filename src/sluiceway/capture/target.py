@@ -267,9 +267,10 @@ class PublishTarget:
             self._in_flight -= 1
             # The first failure ends the term; a refusal found meanwhile is the one to report (the
             # others may only be its consequences: a key's later changes failed unsent).
-            if self._failure is None or (
-                isinstance(failure, UndeliverableChange) and not isinstance(self._failure, UndeliverableChange)
-            ):
+            refusal_found = isinstance(failure, UndeliverableChange) and not isinstance(
+                self._failure, UndeliverableChange
+            )
+            if self._failure is None or refusal_found:
                 self._failure = failure
             if self._waiting:
                 self._room.notify_all()
