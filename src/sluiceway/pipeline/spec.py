@@ -24,13 +24,16 @@ from typing import Annotated, Any, Literal, Self, Union, get_args, get_origin
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from sluiceway.config.brokers import NatsSettings, RabbitMqSettings, RedisSettings, StreamName
+from sluiceway.config.brokers import NatsSettings, RabbitMqSettings, RedisSettings, StreamName, redact_url
 from sluiceway.config.loader import interpolate, load_yaml
 from sluiceway.config.types import Duration, SqlIdentifier, TableName
 from sluiceway.config.types import StrictModel as _Model
 from sluiceway.errors import ConfigError
+from sluiceway.pipeline.destinations import Place, check_places
 from sluiceway.pipeline.errors import SpecError
 
+#: The directory in ``checkpoint`` where a postgres-cdc source keeps its state and journal.
+CDC_STATE = "_cdc"
 _SINK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$")
 _REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
@@ -231,10 +234,19 @@ class _Sink(_Model):
             raise ValueError("a dead-letter sink cannot have its own dead_letter")
         return value
 
+    def place(self, sink: str, field: str) -> Place | None:
+        """The place only this sink may write to (a directory, a table; see
+        :mod:`~sluiceway.pipeline.destinations`), ``field`` naming this sink in the spec
+        (``sinks[1]``); ``None`` where records of several sinks may meet (a topic, an upsert)."""
+        return None
+
 
 class JournalSinkSpec(_Sink):
     type: Literal["journal"]
     path: str
+
+    def place(self, sink: str, field: str) -> Place | None:
+        return Place.of_path(sink, f"{field}.path", self.path)
 
 
 class KafkaSinkSpec(_Sink):
@@ -265,6 +277,9 @@ class PostgresSinkSpec(_Sink):
 class FilesSinkSpec(_Sink):
     type: Literal["parquet", "json", "csv"]
     path: str
+
+    def place(self, sink: str, field: str) -> Place | None:
+        return Place.of_path(sink, f"{field}.path", self.path)
 
 
 class _LakeSink(_Sink):
@@ -319,6 +334,9 @@ class DeltaSinkSpec(_LakeSink):
     #: Compact small files every this many batches (0: never).
     optimize_every: int = Field(0, ge=0)
 
+    def place(self, sink: str, field: str) -> Place | None:
+        return Place.of_path(sink, f"{field}.path", self.path)
+
 
 class IcebergSinkSpec(_LakeSink):
     type: Literal["iceberg"]
@@ -333,6 +351,12 @@ class IcebergSinkSpec(_LakeSink):
         if "." not in value.strip(".") or any(not part for part in value.split(".")):
             raise ValueError(f"expected namespace.table, got {value!r}")
         return value
+
+    def place(self, sink: str, field: str) -> Place | None:
+        catalog = self.catalog.get("uri") or self.catalog.get("type", "")
+        return Place.of_table(
+            sink, f"{field}.table", f"{self.table} (catalog {redact_url(catalog)})", f"{catalog} {self.table}"
+        )
 
     @field_validator("catalog")
     @classmethod
@@ -477,6 +501,15 @@ class PipelineSpec(_Model):
         for i, sink in enumerate(self.sinks):
             if isinstance(sink, DeltaSinkSpec | IcebergSinkSpec) and sink.mode == "mirror":
                 _mirror_keys(sink, i, transformed=bool(self.transforms))
+        places = []
+        for i, sink in enumerate(self.sinks):
+            places.append(sink.place(sink.name, f"sinks[{i}]"))
+            if sink.dead_letter is not None:
+                places.append(sink.dead_letter.place(f"{sink.name}.dead_letter", f"sinks[{i}].dead_letter"))
+        # The checkpoint directory holds one directory per sink and the CDC source's journal
+        # (CDC_STATE: cdc_root in pipeline/sources/adapters.py).
+        reserved = [*(sink.name for sink in self.sinks), CDC_STATE]
+        check_places([p for p in places if p is not None], checkpoint=self.checkpoint, reserved=reserved)
         if self.source.type == "outbox" and len(self.sinks) > 1:
             raise ValueError(
                 "sinks: an outbox source feeds exactly one sink (its rows are purged when that sink's "
