@@ -25,7 +25,7 @@ from pydantic import Field, field_validator, model_validator
 
 from sluiceway.config.brokers import BrokerTarget
 from sluiceway.config.loader import load_file, validate
-from sluiceway.config.types import DataSourceString, Duration, StrictModel
+from sluiceway.config.types import DataSourceString, Duration, KafkaSettings, StrictModel
 from sluiceway.harvest.config import GAPLESS_PRODUCER, Logging
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -91,7 +91,7 @@ class CaptureSection(StrictModel):
     topic: str = "cdc.{schema}.{table}"
     #: After each delete, a record with the key and no value (for compacted Kafka topics).
     tombstones: bool = False
-    kafka: dict[str, Any] | None = None
+    kafka: KafkaSettings | None = None
     target: BrokerTarget | None = None
     journal: JournalDestination | None = None
     election: CaptureElection = Field(default_factory=CaptureElection)

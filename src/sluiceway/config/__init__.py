@@ -1,11 +1,21 @@
 """Configuration: YAML with ${ENV} interpolation, validated by pydantic at the edge."""
 
 from sluiceway.config.loader import interpolate, load_file, load_yaml, parse_duration, validate
-from sluiceway.config.types import DataSourceString, Duration, SqlIdentifier, StrictModel, TableName
+from sluiceway.config.types import (
+    DataSourceString,
+    Duration,
+    KafkaSettings,
+    SettingText,
+    SqlIdentifier,
+    StrictModel,
+    TableName,
+)
 
 __all__ = [
     "DataSourceString",
     "Duration",
+    "KafkaSettings",
+    "SettingText",
     "SqlIdentifier",
     "StrictModel",
     "TableName",

@@ -1,4 +1,5 @@
-"""Types every configuration model shares: the strict base model, durations, SQL identifiers.
+"""Types every configuration model shares: the strict base model, durations, SQL identifiers,
+librdkafka settings.
 
 Used as field annotations, so each rule is written once and validated the same way in the
 harvester's ``reaper.yaml`` and in pipeline specs::
@@ -7,10 +8,12 @@ harvester's ``reaper.yaml`` and in pipeline specs::
         timeout: Duration = 5.0              # "500ms", "1m30s" or seconds
         table: TableName = "outbox"          # checked against the identifier pattern
         dsn: DataSourceString                # a DSN sluiceway can parse
+        kafka: KafkaSettings                 # librdkafka's; 5000 and true load as "5000", "true"
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import partial
 from typing import Annotated, Any, TypeVar
@@ -58,3 +61,30 @@ def _data_source(value: str) -> str:
 
 #: A data source string (libpq / postgresql://, sqlite:///…, mysql://…), checked when loaded.
 DataSourceString = Annotated[str, AfterValidator(_reported(_data_source))]
+
+
+def _setting_text(value: Any) -> str:
+    """A client library's setting as the text it parses: YAML's numbers and true/false written out."""
+    if isinstance(value, bool):  # before int: a bool is an int
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"expected text, a number or true/false, got {value!r}")
+        # 5000.0 → "5000": an integer setting's text must parse as an integer.
+        return str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, str):
+        return value
+    shown = "nothing" if value is None else f"a {type(value).__name__}"
+    raise ValueError(f"expected text, a number or true/false, got {shown}")
+
+
+#: The value of a setting a client library takes as text (librdkafka, Spark, pyiceberg,
+#: delta-rs). YAML makes ``message.timeout.ms: 5000`` a number and ``enable.idempotence: true`` a
+#: boolean; both are accepted and kept as the text the library parses (``"5000"``, ``"true"``).
+SettingText = Annotated[str, BeforeValidator(_setting_text)]
+#: librdkafka settings (``bootstrap.servers``, ``linger.ms``…), one rule for every Kafka client:
+#: the harvester's ``baseKafkaConfig``/``producerKafkaConfig``, the capture's ``kafka``, a
+#: pipeline Kafka source's or sink's ``config``.
+KafkaSettings = dict[str, SettingText]

@@ -13,7 +13,7 @@ from pydantic import Field, field_validator, model_validator
 
 from sluiceway.config.brokers import BrokerTarget
 from sluiceway.config.loader import load_file, validate
-from sluiceway.config.types import Duration, StrictModel, TableName
+from sluiceway.config.types import Duration, KafkaSettings, StrictModel, TableName
 from sluiceway.db.dsn import Dialect, parse_dsn
 from sluiceway.errors import ConfigError
 
@@ -139,8 +139,8 @@ GAPLESS_PRODUCER = {"enable.idempotence": True, "enable.gapless.guarantee": True
 
 class Harvest(StrictModel):
     name: str = "sluiceway"
-    base_kafka_config: dict[str, Any] = Field(default_factory=dict, alias="baseKafkaConfig")
-    producer_kafka_config: dict[str, Any] = Field(default_factory=dict, alias="producerKafkaConfig")
+    base_kafka_config: KafkaSettings = Field(default_factory=dict, alias="baseKafkaConfig")
+    producer_kafka_config: KafkaSettings = Field(default_factory=dict, alias="producerKafkaConfig")
     leader_topic: str | None = Field(None, alias="leaderTopic")
     leader_group_id: str | None = Field(None, alias="leaderGroupID")
     data_source: str = Field(

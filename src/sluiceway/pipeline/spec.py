@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from sluiceway.config.brokers import NatsSettings, RabbitMqSettings, RedisSettings, StreamName, redact_url
 from sluiceway.config.loader import interpolate, load_yaml
-from sluiceway.config.types import Duration, SqlIdentifier, TableName
+from sluiceway.config.types import Duration, KafkaSettings, SqlIdentifier, TableName
 from sluiceway.config.types import StrictModel as _Model
 from sluiceway.errors import ConfigError
 from sluiceway.pipeline.destinations import Place, check_places
@@ -43,6 +43,12 @@ def _regex(value: str) -> str:
         re.compile(value)
     except re.error as exc:
         raise ValueError(f"not a valid regular expression: {exc}") from None
+    return value
+
+
+def _needs_bootstrap(value: dict[str, str]) -> dict[str, str]:
+    if "bootstrap.servers" not in value:
+        raise ValueError("needs 'bootstrap.servers'")
     return value
 
 
@@ -75,17 +81,13 @@ class JournalSourceSpec(_Source):
 class KafkaSourceSpec(_Source):
     type: Literal["kafka"]
     topic: str | list[str]
-    config: dict[str, str] = Field(default_factory=dict)
+    #: librdkafka settings (numbers and true/false as YAML writes them); ``bootstrap.servers`` required.
+    config: KafkaSettings = Field(default_factory=dict)
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     #: Drop records the harvester re-sent: per key, only a sluice-id above the last (pipeline/dedup.py).
     dedup: bool = False
 
-    @field_validator("config")
-    @classmethod
-    def _bootstrap(cls, value: dict[str, str]) -> dict[str, str]:
-        if "bootstrap.servers" not in value:
-            raise ValueError("needs 'bootstrap.servers'")
-        return value
+    _bootstrap = field_validator("config")(_needs_bootstrap)
 
     @property
     def topics(self) -> list[str]:
@@ -253,14 +255,10 @@ class KafkaSinkSpec(_Sink):
     type: Literal["kafka"]
     #: Topic for every record; when empty each record goes to the topic named by its namespace.
     topic: str | None = None
-    config: dict[str, str] = Field(default_factory=dict)
+    #: librdkafka settings (numbers and true/false as YAML writes them); ``bootstrap.servers`` required.
+    config: KafkaSettings = Field(default_factory=dict)
 
-    @field_validator("config")
-    @classmethod
-    def _bootstrap(cls, value: dict[str, str]) -> dict[str, str]:
-        if "bootstrap.servers" not in value:
-            raise ValueError("needs 'bootstrap.servers'")
-        return value
+    _bootstrap = field_validator("config")(_needs_bootstrap)
 
 
 class PostgresSinkSpec(_Sink):
