@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from sluiceway.config.brokers import NatsSettings, RabbitMqSettings, RedisSettings, StreamName, redact_url
 from sluiceway.config.loader import interpolate, load_yaml
-from sluiceway.config.types import Duration, KafkaSettings, SqlIdentifier, TableName
+from sluiceway.config.types import Duration, KafkaSettings, SettingText, SqlIdentifier, TableName
 from sluiceway.config.types import StrictModel as _Model
 from sluiceway.errors import ConfigError
 from sluiceway.pipeline.destinations import Place, check_places
@@ -68,8 +68,8 @@ class RetrySpec(_Model):
 # --- sources --------------------------------------------------------------------------------------
 class _Source(_Model):
     max_records_per_batch: int | None = Field(None, ge=1)
-    #: Extra options passed to the Spark data source as they are.
-    options: dict[str, str] = Field(default_factory=dict)
+    #: Extra options passed to the Spark data source as they are (numbers, true/false as text).
+    options: dict[str, SettingText] = Field(default_factory=dict)
 
 
 class JournalSourceSpec(_Source):
@@ -328,7 +328,7 @@ class DeltaSinkSpec(_LakeSink):
     type: Literal["delta"]
     #: The table: a directory, or an object-store URI (``s3://…``) with ``storage_options``.
     path: str
-    storage_options: dict[str, str] = Field(default_factory=dict)
+    storage_options: dict[str, SettingText] = Field(default_factory=dict)
     #: Compact small files every this many batches (0: never).
     optimize_every: int = Field(0, ge=0)
 
@@ -341,7 +341,7 @@ class IcebergSinkSpec(_LakeSink):
     #: ``namespace.table`` in the catalog; namespace and table are created when missing.
     table: str
     #: pyiceberg catalog properties (``type: sql``, ``uri``, ``warehouse``; ``type: rest``, ``uri``…).
-    catalog: dict[str, str]
+    catalog: dict[str, SettingText]
 
     @field_validator("table")
     @classmethod
@@ -476,7 +476,7 @@ class PipelineSpec(_Model):
     checkpoint: str
     trigger: TriggerSpec = Field(default_factory=TriggerSpec)
     #: Extra Spark settings for the session ``sluice pipeline run`` builds.
-    spark: dict[str, str] = Field(default_factory=dict)
+    spark: dict[str, SettingText] = Field(default_factory=dict)
 
     _ns = field_validator("namespace")(_regex)
 
