@@ -5,13 +5,14 @@ from __future__ import annotations
 import base64
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from sluiceway.cli.common import console, fail, friendly_errors, styled
+from sluiceway.cli.common import console, err_console, fail, friendly_errors, styled
 from sluiceway.journal import Journal, Record
 
 app = typer.Typer(
@@ -27,6 +28,11 @@ app = typer.Typer(
 )
 
 PathArg = Annotated[Path, typer.Argument(help="Journal directory.", show_default=False)]
+
+
+def note(message: str) -> None:
+    """A line on stderr that is not an error: stdout stays the records alone."""
+    err_console.print(message, highlight=False, soft_wrap=True)
 
 
 def _parse_headers(raw: list[str]) -> list[tuple[str, str]]:
@@ -124,14 +130,19 @@ def read(
 ) -> None:
     """Print committed records, one JSON object per line (or a table).
 
-    Works while a writer is appending (it does not take the writer lock).
+    Works while a writer is appending (it does not take the writer lock). A read that finds no
+    record says why on stderr (past the end, an empty journal) and exits 0: an empty range is
+    not an error. --to before --from is (exit 2).
 
     Example: sluice journal read ./j --from 10 --to 20 --format table
     """
     if fmt not in ("json", "table"):
         raise fail(f"--format must be json or table, got {fmt!r}")
+    if to_offset is not None and to_offset < from_offset:
+        raise fail(f"--to {to_offset} is before --from {from_offset}", code=2)
     with Journal.open(path, read_only=True) as journal:
-        records = journal.read(from_offset, to_offset, follow=follow, timeout=timeout)
+        head = journal.head
+        records = _counted(journal.read(from_offset, to_offset, follow=follow, timeout=timeout))
         try:
             if fmt == "json":
                 for rec in records:
@@ -146,11 +157,52 @@ def read(
                 table = Table(*_COLUMNS)
                 for rec in records:
                     table.add_row(*_table_row(rec))
-                console.print(table)
+                if records.count:
+                    console.print(table)
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
         except BrokenPipeError:
             raise typer.Exit(0) from None
+        if not records.count and not follow:
+            note(_why_empty(journal, from_offset, to_offset, head))
+
+
+class _counted:
+    """An iterator of records that counts what it gave."""
+
+    def __init__(self, records: Iterator[Record]) -> None:
+        self._records = records
+        self.count = 0
+
+    def __iter__(self) -> Iterator[Record]:
+        for rec in self._records:
+            self.count += 1
+            yield rec
+
+
+def _why_empty(journal: Journal, start: int, stop: int | None, head: int) -> str:
+    """Why ``read`` found nothing in ``[start, stop)``, in one line."""
+    if start > head:
+        return f"no records: --from {start} is past the journal's end (next offset {head})"
+    if head == 0:
+        return "no records: the journal is empty"
+    if start == head:
+        return (
+            f"no records: --from {start} is the journal's end (next offset {head}; --follow waits for more)"
+        )
+    if stop == start:
+        return f"no records: --to {stop} is --from {start} (--to is the first offset not read)"
+    first = journal.first_offset()
+    if stop is not None and stop <= first:
+        return (
+            f"no records: --to {stop} is below the journal's first offset {first} "
+            "(the records before it were released or expired)"
+        )
+    end = head if stop is None else min(stop, head)
+    return (
+        f"no records from offset {start} to {end - 1}: compaction kept none of them "
+        "(it keeps each key's last)"
+    )
 
 
 @app.command()
