@@ -24,6 +24,9 @@ T = TypeVar("T")
 WARN_INTERVAL = 10.0
 #: The interval for a database out of reach: a restart or a failover is one line, not several.
 OUTAGE_REMINDER = 60.0
+#: A locked database (another writer holds SQLite's one write lock) is a wait, not an outage:
+#: nothing is said unless it lasts this long.
+BUSY_GRACE = 30.0
 
 
 class WarningThrottle:
@@ -45,10 +48,14 @@ class WarningThrottle:
         interval: float = WARN_INTERVAL,
         *,
         clock: Callable[[], float] = time.monotonic,
+        grace: float = 0.0,
     ) -> None:
         self.logger = logger
         self.interval = interval
         self._clock = clock
+        #: A trouble younger than this is only logged at DEBUG (see :data:`BUSY_GRACE`).
+        self.grace = grace
+        self._seen: float | None = None  # when warn() was first called for this trouble
         self._last: float | None = None  # when the last warning was written; None: no trouble
         self._started: float | None = None  # when the first warning of this trouble was written
         self.held = 0
@@ -63,8 +70,14 @@ class WarningThrottle:
         return 0.0 if self._started is None else self._clock() - self._started
 
     def warn(self, msg: str, *args: object) -> bool:
-        """Log ``msg`` unless a warning was written less than ``interval`` ago; True if logged."""
+        """Log ``msg`` unless a warning was written less than ``interval`` ago (or the trouble is
+        younger than ``grace``: then at DEBUG); True if logged as a warning."""
         now = self._clock()
+        if self._seen is None:
+            self._seen = now
+        if now - self._seen < self.grace:
+            self.logger.debug(msg, *args)
+            return False
         if self._last is not None and now - self._last < self.interval:
             self.held += 1
             return False
@@ -83,6 +96,7 @@ class WarningThrottle:
 
     def resolved(self, msg: str, *args: object) -> None:
         """The trouble is over: say so once (if a warning was written), and start afresh."""
+        self._seen = None
         if self._last is None:
             return
         held, self.held, self._last, self._started = self.held, 0, None, None

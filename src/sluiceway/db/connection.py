@@ -11,11 +11,13 @@ import contextlib
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from sluiceway.db.dsn import DataSource, Dialect, parse_dsn
+from sluiceway.db.writers import POLL_SECONDS, gate_for, is_write
 from sluiceway.errors import (
     ConflictError,
     DatabaseError,
@@ -227,10 +229,21 @@ class Database:
         connect_timeout: float = 5.0,
         on_connect: Callable[[Any], object] | None = None,
         read_only: bool = False,
+        busy_timeout: float | None = None,
+        urgent: bool = False,
     ) -> None:
         self.source = dsn if isinstance(dsn, DataSource) else parse_dsn(dsn)
         self.dialect = self.source.dialect
         self._connect_timeout = connect_timeout
+        #: SQLite: how long a statement waits for the write lock (this process's other writers
+        #: first, then other processes') before :class:`LockTimeoutError`; default connect_timeout.
+        self.busy_timeout = connect_timeout if busy_timeout is None else busy_timeout
+        #: SQLite: this connection's writes go to the head of the process's queue (a lease).
+        self.urgent = urgent
+        self._gate = (
+            gate_for(self.source.target) if self.dialect is Dialect.SQLITE and not read_only else None
+        )
+        self._gate_held = False
         #: Only reads: SQLite opens the file read-only (see :func:`open_raw`).
         self.read_only = read_only
         #: Called with each new driver connection (session settings), before any statement.
@@ -251,6 +264,9 @@ class Database:
                     with contextlib.suppress(Exception):
                         conn.close()
                     raise map_db_error(exc, "session set-up") from exc
+            if self.dialect is Dialect.SQLITE:
+                # Short tries of SQLite's own busy handler; _run asks again between them.
+                conn.execute(f"PRAGMA busy_timeout={int(POLL_SECONDS * 1000)}")
             self._conn = conn
         return self._conn
 
@@ -269,26 +285,59 @@ class Database:
     # -- statements ------------------------------------------------------------------------
     def _run(self, sql: str, params: Params, what: str, fetch: bool, many: bool = False) -> Any:
         with self._lock:
+            if self.dialect is not Dialect.SQLITE or self._in_tx:
+                return self._run_once(sql, params, what, fetch, many)
+            # SQLite, outside a transaction (or its BEGIN / COMMIT): wait for the write lock.
+            deadline = time.monotonic() + self.busy_timeout
+            with self._writing(what or sql, deadline) if is_write(sql) else contextlib.nullcontext():
+                while True:
+                    try:
+                        return self._run_once(sql, params, what, fetch, many)
+                    except LockTimeoutError:
+                        if time.monotonic() >= deadline:
+                            raise
+                        time.sleep(0.001)  # "database is locked": the statement did nothing; again
+
+    @contextlib.contextmanager
+    def _writing(self, what: str, deadline: float) -> Iterator[None]:
+        """Hold this process's turn to write the file (see :mod:`sluiceway.db.writers`)."""
+        if self._gate is None or self._gate_held:
+            yield
+            return
+        if not self._gate.acquire(timeout=max(0.0, deadline - time.monotonic()), urgent=self.urgent):
+            raise LockTimeoutError(
+                f"{what.split(None, 1)[0] if what else 'write'}: database is locked: this process's "
+                f"other writers held it for {self.busy_timeout:.1f}s",
+                code="SQLITE_BUSY",
+            )
+        self._gate_held = True
+        try:
+            yield
+        finally:
+            self._gate_held = False
+            self._gate.release()
+
+    def _run_once(self, sql: str, params: Params, what: str, fetch: bool, many: bool) -> Any:
+        try:
+            cur = self.raw.cursor()
             try:
-                cur = self.raw.cursor()
-                try:
-                    if many:
-                        cur.executemany(sql, params)
-                    elif params is None:
-                        cur.execute(sql)
-                    else:
-                        cur.execute(sql, params)
-                    if fetch:
-                        return cur.fetchall() if cur.description is not None else []
-                    return cur.rowcount
-                finally:
-                    cur.close()
-            except _driver_errors() as exc:
-                err = map_db_error(exc, what or sql.split(None, 1)[0])
-                if isinstance(err, DatabaseUnavailableError) and not self._in_tx:
-                    # The connection is unusable; the next call reconnects.
-                    self.close()
-                raise err from exc
+                if many:
+                    cur.executemany(sql, params)
+                elif params is None:
+                    cur.execute(sql)
+                else:
+                    cur.execute(sql, params)
+                if fetch:
+                    return cur.fetchall() if cur.description is not None else []
+                return cur.rowcount
+            finally:
+                cur.close()
+        except _driver_errors() as exc:
+            err = map_db_error(exc, what or sql.split(None, 1)[0])
+            if isinstance(err, DatabaseUnavailableError) and not self._in_tx:
+                # The connection is unusable; the next call reconnects.
+                self.close()
+            raise err from exc
 
     def execute(self, sql: str, params: Params = None, *, what: str = "") -> int:
         """Run a statement; return the affected row count."""
@@ -309,7 +358,8 @@ class Database:
         """Run the block in one transaction; commit on success, roll back on any exception.
 
         On SQLite the transaction begins IMMEDIATE: it takes the write lock up front, so two
-        writers queue on busy_timeout instead of deadlocking on a lock upgrade.
+        writers wait for each other instead of deadlocking on a lock upgrade (this process's
+        writers in turn, see :mod:`sluiceway.db.writers`).
         """
         with self._lock:
             if self._in_tx:
@@ -319,19 +369,24 @@ class Database:
                 Dialect.SQLITE: "BEGIN IMMEDIATE",
                 Dialect.MYSQL: "START TRANSACTION",
             }[self.dialect]
-            self.execute(begin, what="begin")
-            self._in_tx = True
-            try:
-                yield self
-            except BaseException:
-                self._in_tx = False
-                with contextlib.suppress(Exception):
-                    self.execute("ROLLBACK", what="rollback")
-                raise
+            # SQLite: our turn to write is held from BEGIN to COMMIT (or ROLLBACK).
+            with self._writing("begin", time.monotonic() + self.busy_timeout):
+                yield from self._transaction(begin)
+
+    def _transaction(self, begin: str) -> Iterator[Database]:
+        self.execute(begin, what="begin")
+        self._in_tx = True
+        try:
+            yield self
+        except BaseException:
             self._in_tx = False
-            try:
-                self.execute("COMMIT", what="commit")
-            except DatabaseError:
-                # Commit outcome unknown: the caller must treat the work as possibly done.
-                self.close()
-                raise
+            with contextlib.suppress(Exception):
+                self.execute("ROLLBACK", what="rollback")
+            raise
+        self._in_tx = False
+        try:
+            self.execute("COMMIT", what="commit")
+        except DatabaseError:
+            # Commit outcome unknown: the caller must treat the work as possibly done.
+            self.close()
+            raise

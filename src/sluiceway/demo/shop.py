@@ -7,15 +7,18 @@ committed.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sluiceway.db import Database, Dialect
+from sluiceway.errors import LockTimeoutError
 from sluiceway.outbox import OutboxRecord, Stasher, init_outbox
 
 _TEXT = {Dialect.SQLITE: "TEXT", Dialect.POSTGRES: "TEXT", Dialect.MYSQL: "VARCHAR(64)"}
@@ -123,26 +126,45 @@ def _shop_thread(
     insert = f"INSERT INTO demo_orders (id, customer, total_cents, status) VALUES ({', '.join([param] * 4)})"
     update = f"UPDATE demo_orders SET status = {param} WHERE id = {param}"
     written = orders = 0
+
+    def commit_event(
+        sql: str, params: tuple[Any, ...], topic: str, customer: str, order_id: str, total: int
+    ) -> None:
+        """One business transaction: the order row and its event commit together, or neither.
+        SQLite has one writer at a time: "database is locked" means another writer kept the lock
+        past busy_timeout, and nothing was written; the transaction is simply tried again."""
+        nonlocal written
+        for attempt in itertools.count():
+            try:
+                cur.execute(sql, params)
+                stash.stash(_event(topic, customer, seq[customer] + 1, order_id, total))
+                conn.commit()
+                break
+            except (sqlite3.OperationalError, LockTimeoutError) as exc:
+                conn.rollback()
+                if not _locked(exc) or attempt >= _BUSY_RETRIES:
+                    raise
+                time.sleep(0.001)
+        seq[customer] += 1
+        by_topic.setdefault((topic, customer), []).append(seq[customer])
+        written += 1
+
     try:
         while written < quota:
             customer = rng.choice(mine)
             order_id = f"o-{index}-{orders}"
             total = rng.randrange(500, 50_000)
-            # One business transaction: the order row and its event commit together, or neither.
-            cur.execute(insert, (order_id, customer, total, "created"))
-            seq[customer] += 1
-            by_topic.setdefault((f"{prefix}orders.created", customer), []).append(seq[customer])
-            stash.stash(_event(f"{prefix}orders.created", customer, seq[customer], order_id, total))
-            conn.commit()
-            written += 1
+            commit_event(
+                insert,
+                (order_id, customer, total, "created"),
+                f"{prefix}orders.created",
+                customer,
+                order_id,
+                total,
+            )
             orders += 1
             if written < quota:
-                cur.execute(update, ("paid", order_id))
-                seq[customer] += 1
-                by_topic.setdefault((f"{prefix}orders.paid", customer), []).append(seq[customer])
-                stash.stash(_event(f"{prefix}orders.paid", customer, seq[customer], order_id, total))
-                conn.commit()
-                written += 1
+                commit_event(update, ("paid", order_id), f"{prefix}orders.paid", customer, order_id, total)
             progress(written)
     finally:
         conn.close()
@@ -151,6 +173,16 @@ def _shop_thread(
         result.orders += orders
         result.last_seq.update({c: n for c, n in seq.items() if n})
         result.by_topic.update(by_topic)
+
+
+#: How often one transaction is tried again after "database is locked" (each try waits up to the
+#: connection's busy_timeout first): a lock held that long is not a busy moment, it is a fault.
+_BUSY_RETRIES = 100
+
+
+def _locked(exc: Exception) -> bool:
+    """SQLITE_BUSY or SQLITE_LOCKED (primary codes 5 and 6): another writer has the lock."""
+    return isinstance(exc, LockTimeoutError) or (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (5, 6)
 
 
 def _event(topic: str, customer: str, seq: int, order_id: str, total: int) -> OutboxRecord:

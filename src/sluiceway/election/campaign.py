@@ -15,8 +15,8 @@ from collections.abc import Iterable
 
 from sluiceway.clock import Clock, SystemClock
 from sluiceway.election.protocol import ElectionListener, LeaseStore
-from sluiceway.errors import DatabaseError
-from sluiceway.outage import OUTAGE_REMINDER, WarningThrottle
+from sluiceway.errors import DatabaseError, LockTimeoutError
+from sluiceway.outage import BUSY_GRACE, OUTAGE_REMINDER, WarningThrottle
 
 log = logging.getLogger("sluiceway.election")
 
@@ -58,6 +58,7 @@ class LeaseCampaign:
         self.renew_interval = ttl / 4
         self.retry_interval = min(ttl / 4, 0.5)
         self._outage = WarningThrottle(log, OUTAGE_REMINDER, clock=self.clock.monotonic)
+        self._busy = WarningThrottle(log, OUTAGE_REMINDER, clock=self.clock.monotonic, grace=BUSY_GRACE)
 
     def is_leader(self) -> bool:
         return self._leader and self.clock.monotonic() < self._valid_until
@@ -71,11 +72,20 @@ class LeaseCampaign:
                 wait = self.renew_interval
             else:
                 wait = 0.0 if self._try_acquire() else self.retry_interval
+        except LockTimeoutError as exc:
+            # "database is locked": another writer has SQLite's write lock. The statement did
+            # nothing; ask again soon. A wait, not an outage: said only if it lasts.
+            self._busy.warn(
+                "lease %s: the database has been locked for a while (%s); retrying", self.name, exc
+            )
+            self._check_deadline()
+            return min(self.retry_interval, 0.05)
         except DatabaseError as exc:
             # One line per outage (a reminder a minute while it lasts), not one per attempt.
             self._outage.warn("lease %s: database call failed (%s); retrying", self.name, exc)
             self._check_deadline()
             return min(self.retry_interval, 0.5)
+        self._busy.resolved("lease %s: the database is writable again", self.name)
         self._outage.resolved(
             "lease %s: database reachable again after %.1fs", self.name, self._outage.duration()
         )

@@ -62,8 +62,13 @@ class SqlLeaseStore:
     """The lease table in SQLite, PostgreSQL or MySQL/MariaDB. One connection, opened on first
     use (so on the thread that uses it); the table and each name's row are created on first use."""
 
-    def __init__(self, dsn: str, table: str = DEFAULT_LEASE_TABLE) -> None:
-        self.db = Database(dsn)
+    def __init__(
+        self, dsn: str, table: str = DEFAULT_LEASE_TABLE, *, busy_timeout: float | None = None
+    ) -> None:
+        # A renewal goes before this process's other writers of an SQLite file (a late renewal
+        # costs the leadership, a late mark nothing), and waits for the file's lock no longer
+        # than ``busy_timeout`` (a slice of the lease's term), so the campaign can try again.
+        self.db = Database(dsn, urgent=True, busy_timeout=busy_timeout)
         self.table = table
         self._q: QuerySet | None = None
         self._rows: set[str] = set()
@@ -147,7 +152,7 @@ class DatabaseLease:
     # -- LeaderElection --------------------------------------------------------------------
     def start(self, listener: ElectionListener) -> None:
         self._campaign = LeaseCampaign(
-            SqlLeaseStore(self.dsn, self.table),
+            SqlLeaseStore(self.dsn, self.table, busy_timeout=self.ttl * self.safety / 4),
             listener,
             name=self.name,
             holder=self.holder,

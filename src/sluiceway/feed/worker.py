@@ -49,7 +49,7 @@ from dataclasses import replace
 
 from sluiceway.clock import Clock, SystemClock
 from sluiceway.db import Database, DataSource, Dialect, parse_dsn
-from sluiceway.errors import DatabaseError, DatabaseRefusedError
+from sluiceway.errors import DatabaseError, DatabaseRefusedError, LockTimeoutError
 from sluiceway.feed.balance import choose, plan, victim
 from sluiceway.feed.core import (
     Claimed,
@@ -67,7 +67,7 @@ from sluiceway.feed.processors import Encoding, load_processor
 from sluiceway.feed.rate import RateKey, keys_for
 from sluiceway.feed.store import FeedStore, Held, table_names
 from sluiceway.feed.wakeup import WakeUps
-from sluiceway.outage import OUTAGE_REMINDER, WarningThrottle
+from sluiceway.outage import BUSY_GRACE, OUTAGE_REMINDER, WarningThrottle
 
 log = logging.getLogger("sluiceway.feed")
 
@@ -313,6 +313,7 @@ class FeedWorker:
         started = self.clock.monotonic()
         failures = 0
         outage = WarningThrottle(log, OUTAGE_REMINDER, clock=self.clock.monotonic)
+        busy_db = WarningThrottle(log, OUTAGE_REMINDER, clock=self.clock.monotonic, grace=BUSY_GRACE)
         self._due = _NextDue()
         self._quiet = False
         self._limits_stale = True
@@ -358,6 +359,7 @@ class FeedWorker:
                         busy = self._balance(store, allow_steal=False) > 0
                         last_balance = now
                     woken = False
+                    busy_db.resolved("feed worker %s: the database is writable again", self.owner)
                     if failures:
                         outage.resolved(
                             "feed worker %s: database reachable again after %.1fs (%d failed cycles)",
@@ -366,6 +368,14 @@ class FeedWorker:
                     failures = 0
                 except DatabaseRefusedError:
                     raise  # a refused login, a dropped database: permanent, never retried
+                except LockTimeoutError as exc:
+                    # "database is locked": another writer holds SQLite's one write lock. Nothing
+                    # was done; try again soon. A wait, not an outage: said only if it lasts.
+                    busy_db.warn(
+                        "feed worker %s: the database has been locked for a while (%s)", self.owner, exc
+                    )
+                    self._stop.wait(min(self.poll_interval, 0.05))
+                    continue
                 except DatabaseError as exc:
                     failures += 1
                     pause = min(self.renew_interval, self.poll_interval * 2 ** min(failures, 6))

@@ -41,7 +41,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from sluiceway.errors import DatabaseError, DatabaseRefusedError, InvariantViolation, PublisherFailedError
+from sluiceway.errors import (
+    DatabaseError,
+    DatabaseRefusedError,
+    InvariantViolation,
+    LockTimeoutError,
+    PublisherFailedError,
+)
 from sluiceway.harvest.dispatch import Dispatcher, Failure
 from sluiceway.harvest.events import (
     Event,
@@ -54,7 +60,7 @@ from sluiceway.harvest.events import (
 from sluiceway.harvest.ports import Delivery, OutboxStore, Publisher, Wakeups
 from sluiceway.harvest.sequence import with_sequence_headers
 from sluiceway.harvest.shards import ShardQueue
-from sluiceway.outage import OUTAGE_REMINDER, WarningThrottle
+from sluiceway.outage import BUSY_GRACE, OUTAGE_REMINDER, WarningThrottle
 from sluiceway.outbox.record import MarkedRecord
 
 log = logging.getLogger("sluiceway.harvest")
@@ -153,6 +159,7 @@ class Term:
         self._delivery_signal = threading.Event()
         self._purger_stop = False
         self._purge_outage = WarningThrottle(log, OUTAGE_REMINDER)  # the purge/reset thread's only
+        self._purge_busy = WarningThrottle(log, OUTAGE_REMINDER, grace=BUSY_GRACE)  # likewise
         self._purge_abandoned = 0  # rows left marked as the term ended with the database away
         # Failed deliveries that fail alike (a full disk, a broker refusing every write): one line per
         # such trouble (a reminder a minute), not one per record and retry. The purge thread's only.
@@ -226,6 +233,7 @@ class Term:
         wake: Wakeups | None = None
         last_meter = time.monotonic()
         outage = WarningThrottle(log, OUTAGE_REMINDER)
+        busy = WarningThrottle(log, OUTAGE_REMINDER, grace=BUSY_GRACE)
         try:
             store = engine.store_factory()
             # Listening starts before the first mark: a row added after a mark that found nothing
@@ -249,6 +257,15 @@ class Term:
                     marked = store.mark(leader_id, lim.mark_query_records)
                 except DatabaseRefusedError:
                     raise  # a refused login, a dropped database: permanent, the harvester stops
+                except LockTimeoutError as exc:
+                    # "database is locked": another writer holds SQLite's write lock (or a row
+                    # lock timed out). The statement did nothing, so no new leader id: mark again
+                    # soon. A wait, not an outage: said only if it lasts.
+                    busy.warn(
+                        "the outbox has been locked by other writers for a while (%s); still trying", exc
+                    )
+                    self._sleep(0.01)
+                    continue
                 except DatabaseError as exc:
                     repeated = outage.troubled
                     # One line per outage (a reminder a minute while it lasts), not one per attempt.
@@ -263,6 +280,7 @@ class Term:
                     self._sleep(lim.io_error_backoff)
                     continue
                 outage.resolved("marking again after %.1fs", outage.duration())
+                busy.resolved("marking again: the outbox is no longer locked")
                 if not marked:
                     # Still tell the admit loop (if it has room): the dispatcher forgets which
                     # purged ids a stale batch could hold only as later batches come through.
@@ -530,9 +548,28 @@ class Term:
             try:
                 store.purge(ids)
                 outage.resolved("purging again after %.1fs", outage.duration())
+                self._purge_busy.resolved("purging again: the outbox is no longer locked")
                 return True
             except DatabaseRefusedError:
                 raise  # permanent: the term stops (the rows stay for the next leader)
+            except LockTimeoutError as exc:
+                # Another writer holds the lock: the DELETE did nothing. A wait, not an outage.
+                self._purge_busy.warn(
+                    "purge of %d rows: the outbox has been locked by other writers for a while (%s); "
+                    "still trying",
+                    len(ids),
+                    exc,
+                )
+                if self._stopping.is_set():
+                    tries_after_stop += 1
+                    if tries_after_stop > 3:
+                        log.info(
+                            "the outbox stays locked at shutdown: %d purged rows stay for the next leader",
+                            len(ids),
+                        )
+                        self._purge_abandoned = len(ids)
+                        return False
+                time.sleep(0.01)
             except DatabaseError as exc:
                 # The records stay in their windows: the successors of these records must not be
                 # purged (or sent, with one in flight per key) while the rows might still exist.
