@@ -82,8 +82,21 @@ def add(
         int, typer.Option("--item-priority", help="The items' priority: claimed first within their gate.")
     ] = 0,
     prefix: Annotated[str, typer.Option("--prefix", help=PREFIX_HELP)] = "feed_",
+    empty: Annotated[
+        bool,
+        typer.Option(
+            "--empty",
+            help=(
+                "Create the partition without items, to add them later (workers complete an empty "
+                "partition at once unless they run with --manual-checkpoint)."
+            ),
+        ),
+    ] = False,
 ) -> None:
     """Add a partition with its items, or add items to an open partition (at or above its gate).
+
+    Give the items with --item (repeatable) or --file (one per line); a partition without items
+    needs --empty.
 
     With --at or --in the work is scheduled: not claimed before then (a new partition is not even
     leased), by the database's clock. Priorities are integers, higher first, 0 by default:
@@ -115,6 +128,7 @@ def add(
             raise fail(f"--attributes is not JSON: {exc}") from None
         if not isinstance(attrs, dict):
             raise fail("--attributes must be a JSON object")
+    _check_items(partition, len(datas), file, empty=empty)
     with Feed(dsn, prefix=prefix) as feed:
         when = "" if not_before is None else f", not before {_describe(not_before)}"
         if feed.partition(partition) is None:
@@ -136,6 +150,8 @@ def add(
                 )
             )
         else:
+            if empty:
+                raise fail(f"partition {partition!r} exists; --empty only applies when creating it", code=2)
             if attrs is not None:
                 raise fail(f"partition {partition!r} exists; --attributes only apply when creating it")
             if priority is not None:
@@ -152,6 +168,23 @@ def add(
                     _priorities(None, item_priority),
                 )
             )
+
+
+def _check_items(partition: str, count: int, file: Path | None, *, empty: bool) -> None:
+    """Items were given, or --empty asked for none (a mistake in the command is exit 2).
+
+    A partition added without items by accident is completed by the first worker that leases it,
+    and the items meant for it are then refused: say so before anything is written."""
+    if empty and count:
+        raise fail(f"--empty, yet {count} item(s) given: leave out --empty, or the items", code=2)
+    if empty or count:
+        return
+    read = f" ({file} holds none: blank lines are skipped)" if file is not None else ""
+    raise fail(
+        f"no items for partition {partition!r}{read}: give --item DATA (repeatable) or --file PATH "
+        "(one item per line), or --empty for a partition without items",
+        code=2,
+    )
 
 
 def _priorities(priority: int | None, item_priority: int) -> str:

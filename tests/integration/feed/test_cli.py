@@ -86,7 +86,7 @@ def test_manual_checkpoint_from_the_cli(sqlite_dsn: str) -> None:
         (["add", "--dsn", "{dsn}", "-p", "p", "--attributes", "[1]"], "must be a JSON object"),
         (["partitions", "--dsn", "{dsn}", "--status", "done"], "--status must be"),
         (["worker", "--dsn", "{dsn}", "--processor", "no_such_mod:f"], "cannot import processor module"),
-        (["add", "--dsn", "{dsn}", "-p", "p", "--prefix", "x;y"], "not a valid feed table prefix"),
+        (["add", "--dsn", "{dsn}", "-p", "p", "-i", "x", "--prefix", "x;y"], "not a valid feed table prefix"),
     ],
 )
 def test_errors_are_one_clear_line(sqlite_dsn: str, args: list[str], fragment: str) -> None:
