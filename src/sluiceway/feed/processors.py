@@ -87,7 +87,10 @@ def load_processor(
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError(f"cannot import processor module {module_name!r}: {exc}", path="processor") from exc
+        raise ConfigError(
+            f"cannot import processor module {module_name!r}: {exc}{_import_hint(module_name, exc)}",
+            path="processor",
+        ) from exc
     for part in attr.split("."):
         try:
             target = getattr(target, part)
@@ -97,6 +100,21 @@ def load_processor(
         raise ConfigError(f"processor {text!r} is not callable", path="processor")
     fn: Processor = target
     return fn
+
+
+def _import_hint(module_name: str, exc: ImportError) -> str:
+    """How to make ``module_name`` importable, when it is the module itself (or its package) that
+    was not found, not something it imports.
+
+    >>> _import_hint("myapp.ocr", ModuleNotFoundError("No module named 'myapp'", name="myapp"))
+    ' (run from the directory that holds it, or add that directory to PYTHONPATH)'
+    >>> _import_hint("myapp.ocr", ModuleNotFoundError("No module named 'numpy'", name="numpy"))
+    ''
+    """
+    missing = exc.name or ""
+    if isinstance(exc, ModuleNotFoundError) and (module_name + ".").startswith(missing + "."):
+        return " (run from the directory that holds it, or add that directory to PYTHONPATH)"
+    return ""
 
 
 class HttpProcessor:
