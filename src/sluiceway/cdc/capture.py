@@ -43,7 +43,13 @@ from sluiceway.cdc.assemble import assemble
 from sluiceway.cdc.errors import CdcError, LostChangesError, SlotInUseError, StreamInterrupted
 from sluiceway.cdc.model import Row, TableInfo
 from sluiceway.cdc.pgoutput import Commit, Message, decode, format_lsn
-from sluiceway.cdc.postgres import CdcSession, TableSpec, check_publication_name, check_slot_name
+from sluiceway.cdc.postgres import (
+    CdcSession,
+    SlotInfo,
+    TableSpec,
+    check_publication_name,
+    check_slot_name,
+)
 from sluiceway.cdc.state import CopyState, SourceState, TableCopy
 from sluiceway.cdc.stream import ReplicationStream, StreamOptions, local_socket_dsn
 from sluiceway.cdc.target import CaptureTarget
@@ -146,14 +152,26 @@ class Capture:
         return self._session
 
     # -- set-up ------------------------------------------------------------------------------------
-    def prepare(self) -> None:
-        """Check the server, create publication and slot if missing, and find where to resume."""
+    def check(self) -> SlotInfo | None:
+        """Every check that can refuse, creating nothing: the server's settings, the tables, and
+        the slot against what the target holds (in use by another process; behind the target; or
+        gone — dropped — while the target holds changes: the changes in between are lost). The
+        slot as it is now (``None``: still to be created)."""
         opts, session = self.options, self.session
         session.check_server()
         self._tables = session.resolve_tables(opts.tables)
         self._infos = {t.namespace: TableInfo(t.key) for t in self._tables}
-        session.ensure_publication(opts.publication, self._tables)  # before the slot (pgoutput)
-        info, created = session.ensure_slot(opts.slot)
+        held = self.target.position()
+        info = session.slot(opts.slot)
+        if info is None:
+            if held is not None:
+                raise LostChangesError(
+                    f"the capture's log holds changes up to {format_lsn(held)} but slot {opts.slot!r} "
+                    "does not exist: the changes since are gone (was the slot dropped?). Start from a "
+                    "fresh log and checkpoint to copy the tables again."
+                )
+            return None
+        session.check_slot(opts.slot, info)
         deadline = time.monotonic() + opts.busy_timeout
         while info.active_pid is not None and time.monotonic() < deadline:
             # A capture that just stopped leaves its walsender for a moment; a running one stays.
@@ -164,17 +182,26 @@ class Capture:
                 f"replication slot {opts.slot!r} is being read by another process (pid {info.active_pid}): "
                 "stop it first, or give this capture a slot of its own"
             )
-        held = self.target.position()
-        if held is None:
-            # A new target: it starts where the slot is (created now, or kept from before).
-            self.target.append(empty_batch(), info.confirmed)
-            held = info.confirmed
-        elif info.confirmed > held or (created and info.confirmed != held):
+        if held is not None and info.confirmed > held:
             raise LostChangesError(
                 f"the capture's log holds changes up to {format_lsn(held)} but slot {opts.slot!r} is at "
                 f"{format_lsn(info.confirmed)}: the changes in between are gone (was the slot dropped "
                 "and created again?). Start from a fresh log and checkpoint to copy the tables again."
             )
+        return info
+
+    def prepare(self) -> None:
+        """:meth:`check`; then create what is missing (publication, slot) and find where to resume."""
+        opts, session = self.options, self.session
+        info = self.check()
+        session.ensure_publication(opts.publication, self._tables)  # before the slot (pgoutput)
+        if info is None:
+            info, _ = session.ensure_slot(opts.slot)
+        held = self.target.position()
+        if held is None:
+            # A new target: it starts where the slot is (created now, or kept from before).
+            self.target.append(empty_batch(), info.confirmed)
+            held = info.confirmed
         self.position = self.durable = held
 
     def _stream_options(self) -> StreamOptions:

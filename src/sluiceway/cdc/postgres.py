@@ -304,6 +304,11 @@ class CdcSession:
             log.info("cdc: created replication slot %s", name)
             info, created = self.slot(name), True
             assert info is not None
+        self.check_slot(name, info)
+        return info, created
+
+    def check_slot(self, name: str, info: SlotInfo) -> None:
+        """An existing slot is one we can read: logical, for pgoutput, in this database."""
         if info.slot_type != "logical" or info.plugin != "pgoutput":
             raise CdcError(
                 f"slot {name!r} is a {info.slot_type} slot for {info.plugin!r}; "
@@ -312,7 +317,6 @@ class CdcSession:
         database = self.one("server")
         if database is not None and info.database != database[4]:
             raise CdcError(f"slot {name!r} belongs to database {info.database!r}, not {database[4]!r}")
-        return info, created
 
     def drop_slot(self, name: str) -> None:
         self.rows("drop_slot", {"slot": check_slot_name(name)})

@@ -53,6 +53,14 @@ class CaptureService:
         self._closing = threading.Event()
 
     def prepare(self) -> Capture:
+        if not self.log_dir.exists():
+            # Nothing is made (directory, journal, publication, slot) before every check that can
+            # refuse has passed: with no log yet, the checks run first against an empty one.
+            probe = Capture(self.options, _NoLogYet())
+            try:
+                probe.check()
+            finally:
+                probe.close()
         self.log_dir.parent.mkdir(parents=True, exist_ok=True)
         self.target = JournalTarget(str(self.log_dir), consumers=self.consumers)
         self.capture = Capture(self.options, self.target)
@@ -194,3 +202,16 @@ def describe(service: CaptureService) -> dict[str, Any]:
     except JournalNotFoundError:
         pass
     return {"tables": tables, "slot": slot, "journal": journal}
+
+
+class _NoLogYet:
+    """The capture's log before it exists: it holds nothing (for :meth:`Capture.check`)."""
+
+    def position(self) -> int | None:
+        return None
+
+    def append(self, batch: Any, end: int) -> None:
+        raise AssertionError("a check appends nothing")
+
+    def close(self) -> None:
+        pass

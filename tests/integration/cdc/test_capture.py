@@ -225,3 +225,50 @@ def _connect(dsn: str) -> psycopg.Connection[Any] | None:
         return psycopg.connect(dsn, autocommit=True, connect_timeout=2)
     except psycopg.OperationalError:
         return None
+
+
+def _slots_and_publications(dsn: str) -> tuple[set[str], set[str]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        slots = {r[0] for r in conn.execute("SELECT slot_name FROM pg_replication_slots").fetchall()}
+        pubs = {r[0] for r in conn.execute("SELECT pubname FROM pg_publication").fetchall()}
+    return slots, pubs
+
+
+def test_a_dropped_slot_is_refused_before_anything_is_created(tables: str, tmp_path: Path) -> None:
+    """The log holds changes, the slot is gone (``pipeline drop-slot``): the run refuses — and
+    leaves no new slot behind holding WAL on the user's database."""
+    dsn = tables
+    opts = options(dsn, tmp_path, "cap_dropped", snapshot="never")
+    Running(opts, tmp_path / "log").close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        wait_until(
+            lambda: (
+                not conn.execute(
+                    "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'cap_dropped' AND active"
+                ).fetchone()[0]
+            ),
+            timeout=10,
+        )
+        conn.execute("SELECT pg_drop_replication_slot('cap_dropped')")
+    service = CaptureService(opts, tmp_path / "log")
+    with pytest.raises(LostChangesError, match="does not exist: the changes since are gone"):
+        service.prepare()
+    assert "cap_dropped" not in _slots_and_publications(dsn)[0]
+
+
+def test_a_refused_first_run_creates_no_log_slot_or_publication(tables: str, tmp_path: Path) -> None:
+    """A first run that a check refuses (a table that does not exist) makes nothing: no log
+    directory, no publication, no slot."""
+    dsn = tables
+    opts = CaptureOptions(
+        dsn=dsn,
+        tables=["public.orders", "public.no_such_table"],
+        slot="cap_refused",
+        publication="cap_refused",
+        state_dir=str(tmp_path / "state"),
+    )
+    before = _slots_and_publications(dsn)
+    with pytest.raises(Exception, match="no_such_table"):
+        CaptureService(opts, tmp_path / "cdc" / "log").prepare()
+    assert _slots_and_publications(dsn) == before
+    assert not (tmp_path / "cdc").exists()
