@@ -93,8 +93,8 @@ def run(
     logging.getLogger("py4j").setLevel(logging.WARNING)
     # A sink that stops is reported in one line below; py4j would print its proxy traceback too.
     logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
-    from sluiceway.pipeline.errors import PipelineError
-    from sluiceway.pipeline.preflight import check_sinks
+    from sluiceway.pipeline.errors import PipelineError, SpecError
+    from sluiceway.pipeline.preflight import check_checkpoint, check_sinks
     from sluiceway.pipeline.runner import first_line
     from sluiceway.pipeline.sources.adapters import adapter
     from sluiceway.pipeline.state import RunState
@@ -102,6 +102,7 @@ def run(
     parsed = _spec(spec)
     # Before Spark starts: a wrong path, DSN or server is one line at once (Pipeline.start checks again).
     try:
+        check_checkpoint(parsed)
         adapter(parsed).check(parsed)
         check_sinks(parsed)
     except PipelineError as exc:
@@ -119,6 +120,8 @@ def run(
         )
     try:
         runs = _pipeline(parsed, master, metrics).run(once=once)
+    except SpecError as exc:  # found once Spark could look (a sql: transform's column)
+        raise fail(f"{spec}: {exc}") from None
     finally:
         if endpoint is not None:
             endpoint.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from typing import Any
 
 from sluiceway.errors import ConfigError, SluicewayError
@@ -145,3 +146,79 @@ def _jvm_file_system_fault(exc: BaseException, path: str) -> DestinationUnreacha
 def one_line(text: object) -> str:
     """A driver's message as one line: its lines joined, runs of spaces collapsed."""
     return " ".join(str(text).split())
+
+
+class TransformFailed(PipelineError):
+    """A transform's own function raised on a record (or a batch): names the transform and where.
+
+    Raised on Spark's Python workers; the driver reads it back out of Spark's error text
+    (:func:`explain`), so its message is the one line the user sees.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+    def __reduce__(self) -> Any:
+        return type(self), (str(self),)
+
+
+#: A line that states an exception: ``KeyError: 'total'``, ``pkg.mod.SomeError: text``.
+_RAISED = re.compile(
+    r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Failed|Violation|Exit|Interrupt)\w*)(?::\s?(?P<text>.*))?$"
+)
+#: The tail Spark appends to an analysis error's first line.
+_SQL_TAIL = re.compile(r"\s*SQLSTATE: \w+;?.*$|;\s*line \d+ pos \d+;?.*$")
+#: What a traceback of PySpark's Py4J plumbing adds before the Python worker's own exception.
+_WORKER_INTRO = "An exception was thrown from the Python worker"
+
+
+def explain(exc: BaseException, *, limit: int = 1000) -> str:
+    """One line for an error that came out of Spark (or anything else): its cause, not its frames.
+
+    - a transform's :class:`TransformFailed`, wherever in the text: its message;
+    - a Python worker's exception (``PythonException``): the exception the worker's traceback ends
+      with (``KeyError: 'total'``), not PySpark's "An exception was thrown from the Python worker:";
+    - an ``AnalysisException`` and Spark's other errors with a condition: the first line of its
+      message, without the ``SQLSTATE``/position tail and the logical plan;
+    - a JVM error (``Py4JJavaError``): the Java exception's first line;
+    - anything else: ``Type: first line``.
+
+    >>> explain(ValueError("bad\\nvalue"))
+    'ValueError: bad'
+    """
+    text = _text(exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if ".TransformFailed: " in line or line.startswith("TransformFailed: "):
+            return line.split("TransformFailed: ", 1)[1][:limit]
+    name = type(exc).__name__
+    if _WORKER_INTRO in text or name == "PythonException":
+        raised = [m for line in lines if (m := _RAISED.match(line))]
+        if raised:
+            last = raised[-1]
+            kind = last["type"].rsplit(".", 1)[-1]
+            return (f"{kind}: {last['text']}" if last["text"] is not None else kind)[:limit]
+    if name == "Py4JJavaError":
+        java = getattr(exc, "java_exception", None)
+        said = str(java) if java is not None else (lines[1] if len(lines) > 1 else text)
+        return " ".join(said.splitlines()[0].split())[:limit] if said else name
+    first = lines[0] if lines else name
+    if name.endswith("Exception") and type(exc).__module__.startswith("pyspark"):
+        # Spark's own errors (AnalysisException, StreamingQueryException, …): the message only.
+        return _SQL_TAIL.sub("", first)[:limit]
+    return f"{name}: {first}"[:limit] if lines else name
+
+
+def error_detail(exc: BaseException, *, limit: int = 16_000) -> str:
+    """An error's whole text for ``pipeline status`` (a worker's traceback, Spark's message), bounded."""
+    text = _text(exc).strip()
+    return text if len(text) <= limit else text[: limit // 2] + "\n…\n" + text[-limit // 2 :]
+
+
+def _text(exc: BaseException) -> str:
+    getter = getattr(exc, "getMessage", None)  # PySpark's captured errors: without the JVM frames
+    try:
+        text = getter() if callable(getter) else str(exc)
+    except Exception:
+        text = str(exc)
+    return str(text)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sluiceway.errors import BrokerError, DatabaseError
-from sluiceway.pipeline.errors import DestinationUnreachable, one_line
+from sluiceway.pipeline.errors import DestinationUnreachable, PipelineError, one_line
 
 if TYPE_CHECKING:
     from sluiceway.pipeline.spec import (
@@ -35,19 +36,32 @@ CONNECT_TIMEOUT = 5.0
 
 # --- sinks -----------------------------------------------------------------------------------------
 def writable_dir(path: str) -> None:
-    """``path`` is a directory we can write in, or can be created (its nearest existing parent is)."""
+    """``path`` is a directory we can write in, or can be created (its nearest existing parent is).
+
+    Nothing is created: the directory (or its nearest existing parent) is asked for by a file
+    made and removed at once, so a read-only file system or an ACL says no here too (a
+    permission bit would not, for root)."""
     p = Path(path).absolute()
     if p.exists():
         if not p.is_dir():
             raise DestinationUnreachable(f"{path} is not a directory", permanent=True)
-        if not os.access(p, os.W_OK | os.X_OK):
-            raise DestinationUnreachable(f"{path}: permission denied", permanent=True)
+        _probe(p, f"{path}")
         return
     parent = next(a for a in p.parents if a.exists())
     if not parent.is_dir():
         raise DestinationUnreachable(f"cannot create {path}: {parent} is not a directory", permanent=True)
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise DestinationUnreachable(f"cannot create {path}: {parent}: permission denied", permanent=True)
+    _probe(parent, f"cannot create {path}: {parent}")
+
+
+def _probe(directory: Path, what: str) -> None:
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise DestinationUnreachable(f"{what}: permission denied", permanent=True)
+    try:
+        fd, name = tempfile.mkstemp(prefix=".sluice-probe-", dir=directory)
+    except OSError as exc:
+        raise DestinationUnreachable(f"{what}: {exc.strerror or exc}", permanent=True) from None
+    os.close(fd)
+    os.unlink(name)
 
 
 def _lake_sink(sink: Any) -> None:
@@ -56,6 +70,9 @@ def _lake_sink(sink: Any) -> None:
 
     table = open_table(sink)
     table.check()
+    staging = table.staging_dir()  # where Spark's writer puts a batch's files first
+    if staging is not None:
+        writable_dir(staging)
     schema = guarded(where(sink), table.schema)
     if schema is not None and sink.mode == "mirror":
         missing = [k for k in sink.keys if k not in schema.names]
@@ -161,6 +178,14 @@ SINK_CHECKS: dict[str, Callable[[Any], None]] = {
     "delta": _lake_sink,
     "iceberg": _lake_sink,
 }
+
+
+def check_checkpoint(spec: PipelineSpec) -> None:
+    """The checkpoint directory can be written: Spark's own error for it is a Java stack."""
+    try:
+        writable_dir(str(spec.checkpoint))
+    except DestinationUnreachable as exc:
+        raise PipelineError(f"checkpoint: {exc.problem}") from None
 
 
 def check_sinks(spec: PipelineSpec) -> None:

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from sluiceway.pipeline.compat import is_connect_session, tolerate_observed_metrics_in_commands
 from sluiceway.pipeline.dedup import dedup_by_sequence
-from sluiceway.pipeline.errors import PipelineError, SinkFailed, StepPaused
+from sluiceway.pipeline.errors import PipelineError, SinkFailed, StepPaused, explain
 from sluiceway.pipeline.operator import SinkStatus
 from sluiceway.pipeline.operator import skip as skip_record
 from sluiceway.pipeline.operator import status as sinks_status
-from sluiceway.pipeline.preflight import check_sinks
+from sluiceway.pipeline.preflight import check_checkpoint, check_sinks
 from sluiceway.pipeline.sinks.handler import BatchHandler, Stopping
 from sluiceway.pipeline.sources.adapters import adapter
 from sluiceway.pipeline.spec import PipelineSpec
@@ -233,7 +233,7 @@ class Pipeline:
         if err and "SinkFailed" in text:
             return SinkRun(sink, RunState.FAILED, err["message"], err.get("offset"))
         log.debug("pipeline %s: sink %s failed:\n%s", self.spec.name, sink, text)
-        return SinkRun(sink, RunState.FAILED, summarize(text))
+        return SinkRun(sink, RunState.FAILED, summarize(text) if "SinkFailed:" in text else explain(exc))
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -318,6 +318,7 @@ class Pipeline:
         if self.capture is not None:
             return
         source = adapter(self.spec)
+        check_checkpoint(self.spec)
         source.check(self.spec)
         check_sinks(self.spec)
         service = source.capture(self.spec)
@@ -380,7 +381,10 @@ def _await(query: Any) -> None:
         query.awaitTermination()
     except Exception as exc:  # the outcome is read from the query and the state file
         if StepPaused.MARKER not in str(exc) and "SinkFailed" not in str(exc):
-            raise PipelineError(f"query {query.name} failed: {summarize(str(exc))}") from None
+            text = str(exc)
+            raise PipelineError(
+                f"query {query.name} failed: {summarize(text) if 'SinkFailed:' in text else explain(exc)}"
+            ) from None
 
 
 def _await_end(query: Any, seconds: float) -> None:

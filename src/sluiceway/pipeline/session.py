@@ -92,4 +92,17 @@ def build_session(
     session = builder.getOrCreate()
     if not master.startswith("sc://"):
         session.sparkContext.setLogLevel("ERROR")
+    _quiet_query_context_loggers()
     return session
+
+
+def _quiet_query_context_loggers() -> None:
+    """PySpark logs every analysis error it raises, as one JSON line of many kilobytes (the whole
+    message and the query's text) on stderr, before the caller has said a word. We say the error
+    once, in one line (:func:`sluiceway.pipeline.errors.explain`): those loggers are silenced."""
+    import logging
+
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)

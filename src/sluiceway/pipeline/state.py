@@ -69,13 +69,17 @@ class SinkState:
     #: Records ``step`` may still write (``None``: no limit — a normal run).
     step: int | None = None
 
-    def failed(self, offset: int | None, message: str, batch: int) -> None:
+    def failed(self, offset: int | None, message: str, batch: int, *, detail: str | None = None) -> None:
+        """Record why the sink stopped: ``message`` is the one line shown; ``detail`` the error's
+        whole text where there is more to it (a Python worker's traceback), for ``status --json``."""
         self.error = {
             "offset": offset,
             "batch": batch,
             "message": message[:4000],
             "at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
+        if detail and detail.strip() != message.strip():
+            self.error["detail"] = detail
 
 
 class StateStore:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sluiceway.pipeline.errors import SpecError
+from sluiceway.pipeline.errors import SpecError, TransformFailed, explain
 from sluiceway.pipeline.record import Record, coerce_record, records_from_arrow, records_to_arrow
 
 _CACHE: dict[str, Callable[..., Any]] = {}
@@ -43,12 +43,19 @@ def load_callable(ref: str, *, path: str = "transforms") -> Callable[..., Any]:
 
 
 def apply_record_function(
-    fn: Callable[[Record], Any], batch: pa.RecordBatch, schema: pa.Schema | None = None
+    fn: Callable[[Record], Any], batch: pa.RecordBatch, schema: pa.Schema | None = None, *, label: str = ""
 ) -> pa.RecordBatch:
-    """Run a per-record function over one batch; the result keeps input order."""
+    """Run a per-record function over one batch; the result keeps input order.
+
+    The function's own error becomes :class:`TransformFailed` naming the transform (``label``),
+    the record's offset and key, and the error's own last line (``KeyError: 'total'``)."""
     out: list[Record] = []
     for record in records_from_arrow(batch):
-        result = fn(record)
+        try:
+            result = fn(record)
+        except Exception as exc:
+            where = f"the record at offset {record.offset} (key {record.key!r})"
+            raise TransformFailed(f"{label or 'transform'} failed on {where}: {_said(exc)}") from exc
         if result is None:
             continue
         if isinstance(result, list | tuple):
@@ -72,40 +79,84 @@ def as_batches(result: Any, schema: pa.Schema) -> Iterable[pa.RecordBatch]:
     )
 
 
+def _said(exc: BaseException) -> str:
+    """An error as its traceback's last line says it, and where it was raised in the user's code:
+    ``KeyError: 'total' (at myapp/transforms.py:12, in enrich)``."""
+    import os
+    import traceback
+
+    text = " ".join(str(exc).split())
+    said = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    frames = traceback.extract_tb(exc.__traceback__)
+    if len(frames) > 1:  # the first frame is ours (the call); the last is where it was raised
+        last = frames[-1]
+        rel = os.path.relpath(last.filename)
+        where = last.filename if rel.startswith("..") else rel
+        said += f" (at {where}:{last.lineno}, in {last.name})"
+    return said
+
+
+def _first_offset(batch: Any) -> int | None:
+    """The first offset of an Arrow batch or a pandas frame, if it has any rows and offsets."""
+    try:
+        if isinstance(batch, pa.RecordBatch):
+            return None if batch.num_rows == 0 else int(batch.column("offset")[0].as_py())
+        return None if batch.empty else int(batch["offset"].iloc[0])
+    except (KeyError, TypeError, ValueError):  # a batch without offsets: say less
+        return None
+
+
+def _batch_failed(label: str, batch: Any, exc: BaseException) -> TransformFailed:
+    """A vectorised transform's error, naming the transform and the batch's first offset."""
+    first = _first_offset(batch)
+    at = f"the batch from offset {first}" if first is not None else "a batch"
+    return TransformFailed(f"{label} failed on {at}: {_said(exc)}")
+
+
 class RecordMapper:
     """``mapInArrow`` function for a per-record Python transform."""
 
-    def __init__(self, ref: str, schema: pa.Schema | None = None) -> None:
+    def __init__(self, ref: str, schema: pa.Schema | None = None, label: str = "") -> None:
         self.ref = ref
         self.schema = schema
+        self.label = label or f"python: {ref}"
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fn = load_callable(self.ref)
         for batch in batches:
-            out = apply_record_function(fn, batch, self.schema)
+            out = apply_record_function(fn, batch, self.schema, label=self.label)
             if out.num_rows:
                 yield out
 
 
 class ArrowMapper:
-    def __init__(self, ref: str, schema: pa.Schema) -> None:
+    def __init__(self, ref: str, schema: pa.Schema, label: str = "") -> None:
         self.ref = ref
         self.schema = schema
+        self.label = label or f"arrow: {ref}"
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fn = load_callable(self.ref)
         for batch in batches:
-            yield from as_batches(fn(batch), self.schema)
+            try:
+                out = as_batches(fn(batch), self.schema)
+            except Exception as exc:
+                raise _batch_failed(self.label, batch, exc) from exc
+            yield from out
 
 
 class PandasMapper:
-    def __init__(self, ref: str) -> None:
+    def __init__(self, ref: str, label: str = "") -> None:
         self.ref = ref
+        self.label = label or f"pandas: {ref}"
 
     def __call__(self, frames: Iterator[Any]) -> Iterator[Any]:
         fn = load_callable(self.ref)
         for frame in frames:
-            out = fn(frame)
+            try:
+                out = fn(frame)
+            except Exception as exc:
+                raise _batch_failed(self.label, frame, exc) from exc
             if out is not None:
                 yield out
 
@@ -131,17 +182,25 @@ def apply_transforms(spark: Any, df: Any, transforms: list[Any], *, view_prefix:
         if kind == "sql":
             view = f"{view_prefix}_{i}"
             df.createOrReplaceTempView(view)
-            df = spark.sql(bind_input(t.sql, view))
+            try:
+                # Analysed here, before the first batch: a column or table that does not exist
+                # is one line naming the transform, not Spark's plan.
+                df = spark.sql(bind_input(t.sql, view))
+            except Exception as exc:
+                if not type(exc).__module__.startswith("pyspark"):
+                    raise
+                raise SpecError(explain(exc), path=f"{where}.sql") from None
             continue
         load_callable(t.ref, path=f"{where}.{kind}")  # fail early, naming the field
         schema = _ddl_schema(spark, t.schema_, where) if t.schema_ else df.schema
+        label = f"{where} ({kind}: {t.ref})"
         if kind == "python":
             arrow_schema = to_arrow_schema(schema, timezone="UTC")
-            df = df.mapInArrow(RecordMapper(t.ref, arrow_schema), schema)
+            df = df.mapInArrow(RecordMapper(t.ref, arrow_schema, label), schema)
         elif kind == "arrow":
-            df = df.mapInArrow(ArrowMapper(t.ref, to_arrow_schema(schema, timezone="UTC")), schema)
+            df = df.mapInArrow(ArrowMapper(t.ref, to_arrow_schema(schema, timezone="UTC"), label), schema)
         else:
-            df = df.mapInPandas(PandasMapper(t.ref), schema)
+            df = df.mapInPandas(PandasMapper(t.ref, label), schema)
     return df
 
 

@@ -3,6 +3,8 @@ naming the problem and where, a non-zero exit, no traceback, nothing written (is
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import uuid
@@ -236,3 +238,95 @@ def test_status_piped_is_not_cut_and_says_nothing_is_committed(tmp_path: Path) -
     assert "no batch committed yet" in result.stdout
     assert "None" not in result.stdout
     assert max(len(line) for line in result.stdout.splitlines()) > 80
+
+
+# --- issue 37: errors that hide their cause -------------------------------------------------------
+def last_error(result: subprocess.CompletedProcess[str]) -> str:
+    """A run that started Spark and failed: no traceback, no JVM frame, no multi-kilobyte line;
+    its last line is the one ``error:`` line."""
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and "\tat " not in result.stderr, result.stderr
+    assert all(len(line) < 1000 for line in result.stderr.splitlines()), result.stderr
+    assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
+        result.stderr.splitlines()[-1]
+    ], result.stderr
+    return result.stderr.splitlines()[-1]
+
+
+def test_a_python_transform_that_raises_names_the_transform_the_record_and_the_error(tmp_path: Path) -> None:
+    journal_with(tmp_path / "journal", 3)
+    (tmp_path / "mytx.py").write_text(
+        "import json\n\ndef total(record):\n"
+        "    return record.replace(value=json.loads(record.value)['total'])\n"
+    )
+    write_spec(
+        tmp_path,
+        """pipeline:
+  name: orders
+  source: {type: journal, path: ./journal}
+  transforms: [{python: "mytx:total"}]
+  sinks: [{name: out, type: parquet, path: ./out}]
+  checkpoint: ./cp
+""",
+    )
+    env_run = subprocess.run(
+        [sys.executable, "-m", "sluiceway.cli.main", "pipeline", "run", "orders.yaml", "--once"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    line = last_error(env_run)
+    assert line == (
+        "error: sink 'out' stopped: transforms[0] (python: mytx:total) failed on the record at offset 0 "
+        "(key 'k0'): KeyError: 'total' (at mytx.py:4, in total)"
+    ), line
+    status = sluice("pipeline", "status", "orders.yaml", "--json", cwd=tmp_path)
+    error = json.loads(status.stdout)["error"]
+    assert error["message"] == line.split("stopped: ", 1)[1]
+    assert "Traceback" in error["detail"] and "KeyError: 'total'" in error["detail"]
+
+
+def test_a_sql_transform_naming_a_missing_column_is_one_line_naming_the_transform(tmp_path: Path) -> None:
+    journal_with(tmp_path / "journal", 3)
+    write_spec(
+        tmp_path,
+        """pipeline:
+  name: orders
+  source: {type: journal, path: ./journal}
+  transforms: [{sql: "SELECT key, value, total FROM input"}]
+  sinks: [{name: out, type: parquet, path: ./out}]
+  checkpoint: ./cp
+""",
+    )
+    line = last_error(sluice("pipeline", "run", "orders.yaml", "--once", cwd=tmp_path, timeout=180))
+    assert line.startswith("error: orders.yaml: transforms[0].sql: [UNRESOLVED_COLUMN"), line
+    assert "`total` cannot be resolved" in line and "Project" not in line and "SQLSTATE" not in line
+
+
+@pytest.mark.parametrize(
+    ("place", "words"),
+    [
+        ("checkpoint: ./orders.yaml/cp", "checkpoint: cannot create ./orders.yaml/cp: "),
+        (
+            "checkpoint: ./cp\n  sinks:\n    - name: t\n      type: iceberg\n      table: shop.orders\n"
+            "      catalog: {type: sql, uri: 'sqlite:///catalog.db', warehouse: 'file://WAREHOUSE'}",
+            "sink 't': destination unreachable: cannot create ",
+        ),
+    ],
+    ids=["checkpoint", "iceberg-warehouse"],
+)
+def test_a_place_that_cannot_be_written_is_one_line_before_spark_starts(
+    tmp_path: Path, place: str, words: str
+) -> None:
+    journal_with(tmp_path / "journal", 3)
+    body = "pipeline:\n  name: orders\n  source: {type: journal, path: ./journal}\n"
+    if "sinks:" not in place:
+        body += "  sinks: [{name: out, type: parquet, path: ./out}]\n"
+    spec = write_spec(
+        tmp_path, body + "  " + place.replace("WAREHOUSE", str(tmp_path / "orders.yaml" / "wh")) + "\n"
+    )
+    line = one_line(sluice("pipeline", "run", spec.name, "--once", cwd=tmp_path))
+    assert words in line and "is not a directory" in line, line
+    assert not (tmp_path / "cp").exists() and not (tmp_path / "out").exists()

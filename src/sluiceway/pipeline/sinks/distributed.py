@@ -232,10 +232,10 @@ def write_parquet(df: Any, plan: TaskPlan, path: str) -> list[PartResult]:
             break
         except DestinationUnreachable as exc:
             return [PartResult(0, error=str(exc))]
-        except Exception as exc:  # retried whole; the last error stops the sink at the batch's start
+        except Exception:  # retried whole; the last error stops the sink at the batch's start
             delay = next(delays, None)
             if delay is None:
-                return [PartResult(0, error=f"{type(exc).__name__}: {str(exc).splitlines()[0]}")]
+                raise  # the handler says why in one line (a transform's error, Spark's) and stops
             time.sleep(delay)
     results = []
     files = sorted(f for f in os.listdir(run_dir) if f.endswith(".parquet"))

@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from sluiceway.pipeline.errors import PipelineError, SinkFailed, StepPaused, file_system_fault
+from sluiceway.pipeline.errors import (
+    PipelineError,
+    SinkFailed,
+    StepPaused,
+    error_detail,
+    explain,
+    file_system_fault,
+)
 from sluiceway.pipeline.failures import RetryPolicy
 from sluiceway.pipeline.sinks.base import SinkWriter, make_writer
 from sluiceway.pipeline.sinks.distributed import (
@@ -114,7 +121,18 @@ class BatchHandler:
         state = self._begin(batch_id)
         if state is None:
             return BatchSummary(0, 0)
-        return self._summary(self.write_batch(df, batch_id, state))
+        try:
+            results = self.write_batch(df, batch_id, state)
+        except (SinkFailed, StepPaused, Stopping):
+            raise
+        except Exception as exc:
+            # What escaped the batch's job (a transform's error, Spark's): one line that names its
+            # cause, and its whole text kept for ``pipeline status --json``.
+            line = explain(exc)
+            with StateStore(self.checkpoint_dir).update() as st:
+                st.failed(None, line, batch_id, detail=error_detail(exc))
+            raise SinkFailed(self.name, None, line, batch_id=batch_id) from exc
+        return self._summary(results)
 
     def show(self, df: Any) -> BatchSummary:
         """The console sink: the batch's first rows and its size (all the driver needs of it)."""
