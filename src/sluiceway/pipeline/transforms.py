@@ -34,7 +34,13 @@ def load_callable(ref: str, *, path: str = "transforms") -> Callable[..., Any]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise SpecError(f"cannot import {module_name!r}: {exc}", path=path) from None
+        missing = getattr(exc, "name", None)
+        hint = (
+            " (run from the directory that holds it, or add that directory to PYTHONPATH)"
+            if missing and module_name.split(".")[0] == missing.split(".")[0]
+            else ""
+        )
+        raise SpecError(f"cannot import {module_name!r}: {exc}{hint}", path=path) from None
     fn: Callable[..., Any] | None = getattr(module, attr, None)
     if fn is None or not callable(fn):
         raise SpecError(f"{module_name!r} has no function {attr!r}", path=path)

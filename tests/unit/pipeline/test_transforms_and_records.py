@@ -112,8 +112,9 @@ def test_bind_input_makes_input_a_cte() -> None:
 
 def test_load_callable_names_the_field() -> None:
     assert load_callable("tests.unit.pipeline.test_transforms_and_records:enrich") is enrich
-    with pytest.raises(SpecError, match=r"transforms\[0\].python: cannot import 'no_such_module'"):
+    with pytest.raises(SpecError, match=r"transforms\[0\].python: cannot import 'no_such_module'") as raised:
         load_callable("no_such_module:f", path="transforms[0].python")
+    assert "run from the directory that holds it, or add that directory to PYTHONPATH" in str(raised.value)
     with pytest.raises(SpecError, match="has no function 'nope'"):
         load_callable("json:nope")
 
