@@ -7,9 +7,55 @@ so callers can catch one root and still reach the original cause.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import StrEnum
+
 
 class SluicewayError(Exception):
     """Root of every error raised by sluiceway."""
+
+
+class Cause(StrEnum):
+    """Why waiting will not mend a failure (see :class:`Permanent` and ``sluiceway.db.classify``)."""
+
+    #: The role or user may not do it: a GRANT (or a file's permissions) mends it.
+    PRIVILEGE = "privilege"
+    #: A database, schema, table, stream or file is not there.
+    MISSING = "missing"
+    #: The credentials are wrong, or the user does not exist or may not log in.
+    AUTHENTICATION = "authentication"
+    #: A setting (ours, the server's or a client library's) cannot work as given.
+    CONFIGURATION = "configuration"
+
+
+@dataclass(frozen=True, slots=True)
+class Permanent:
+    """A failure waiting will not mend: said once, with what fixes it, and the command stops.
+
+    ``problem``: what went wrong in one line (the server's own words where it gave some);
+    ``fix``: what the operator does about it (empty when ``problem`` already says).
+
+    >>> Permanent(Cause.MISSING, 'database "shop" does not exist', "create it").line()
+    'database "shop" does not exist — create it'
+    """
+
+    cause: Cause
+    problem: str
+    fix: str = ""
+
+    def line(self) -> str:
+        return f"{self.problem} — {self.fix}" if self.fix else self.problem
+
+
+@dataclass(frozen=True, slots=True)
+class Transient:
+    """A failure that may pass (a server restarting, a network cut): retried with backoff."""
+
+    problem: str
+
+
+#: What ``sluiceway.db.classify`` says of a failure.
+Verdict = Permanent | Transient
 
 
 class ConfigError(SluicewayError):
@@ -52,9 +98,16 @@ class DatabaseError(SluicewayError):
     the driver's own first line (the server's message), for one-line errors that quote it.
     """
 
-    def __init__(self, message: str = "", *, code: str | None = None, detail: str = "") -> None:
+    #: The cause when the error is permanent (a refusal), else None: see :attr:`cause`.
+    default_cause: Cause | None = None
+
+    def __init__(
+        self, message: str = "", *, code: str | None = None, detail: str = "", cause: Cause | None = None
+    ) -> None:
         self.code = code
         self.detail = detail
+        #: Why waiting will not mend it (set where the driver's code is mapped); None: it may pass.
+        self.cause = cause if cause is not None else self.default_cause
         super().__init__(message)
 
 
@@ -63,16 +116,21 @@ class DatabaseUnavailableError(DatabaseError):
 
 
 class DatabaseRefusedError(DatabaseError):
-    """The server answered and refused the connection for good: no such database (SQLSTATE
-    3D000), a failed authentication (28P01, 28000), no permission to connect (42501). A permanent
-    error: said once, never retried (unlike :class:`DatabaseUnavailableError`, a server that
-    cannot be reached for now)."""
+    """The server answered and refused for good: no such database (SQLSTATE 3D000), schema
+    (3F000) or table (42P01), a failed authentication (28P01, 28000), a missing privilege (42501),
+    and their MySQL/MariaDB and SQLite equivalents (``cause`` says which). A permanent error:
+    said once, never retried (unlike :class:`DatabaseUnavailableError`, a server that cannot be
+    reached for now)."""
+
+    default_cause = Cause.PRIVILEGE
 
 
 class NoSuchDatabaseError(DatabaseRefusedError):
     """The database named does not exist (a missing SQLite file opened for reading, SQLSTATE
     3D000): a permanent error, said once, never retried and never "fixed" by creating an empty
     database."""
+
+    default_cause = Cause.MISSING
 
 
 class ConflictError(DatabaseError):
@@ -127,6 +185,8 @@ class BrokerError(PublishError):
     dead-letter candidate at once. ``refused``: the broker decided against this message by a rule
     of its set-up (RabbitMQ returned it unroutable, published ``mandatory``): trying again helps
     only once someone changes the set-up, so a publisher may retry it or give up at once.
+    ``cause``: a set-up error (wrong credentials, no such stream or exchange) — permanent when a
+    command starts, retried like a lost connection later (someone is probably fixing the set-up).
     Client-library errors are mapped to it once, in each adapter.
     """
 
@@ -140,8 +200,36 @@ class BrokerError(PublishError):
         retriable: bool = False,
         permanent: bool = False,
         refused: bool = False,
+        cause: Cause | None = None,
     ) -> None:
         self.broker, self.action, self.target, self.problem = broker, action, target, problem
         self.retriable, self.permanent, self.refused = retriable, permanent, refused
+        self.cause = cause
         where = f" {target!r}" if target else ""
         super().__init__(f"{broker}: {action}{where} failed: {problem}")
+
+
+class StartupError(SluicewayError):
+    """A long-running command (``sluice reap``, ``sluice capture``, ``sluice feed worker``) cannot
+    start: one line, exit 1, before it campaigns for leadership or takes any work."""
+
+
+class StartupRefused(StartupError):
+    """Something the command needs refused it for good (``verdict`` says what and the fix)."""
+
+    def __init__(self, verdict: Permanent) -> None:
+        self.verdict = verdict
+        super().__init__(verdict.line())
+
+
+class StartupUnreachable(StartupError):
+    """``what`` stayed out of reach for the whole start-up wait (``waited`` seconds); ``last``:
+    the last error met; ``setting``: what lengthens the wait.
+
+    >>> str(StartupUnreachable("Kafka at 127.0.0.1:19092", 30, "Connection refused", "startupTimeout"))
+    'Kafka at 127.0.0.1:19092 unreachable for 30 s (Connection refused); set startupTimeout to wait longer'
+    """
+
+    def __init__(self, what: str, waited: float, last: str, setting: str) -> None:
+        self.what, self.waited, self.last, self.setting = what, waited, last, setting
+        super().__init__(f"{what} unreachable for {waited:g} s ({last}); set {setting} to wait longer")

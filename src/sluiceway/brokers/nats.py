@@ -40,7 +40,7 @@ from typing import Any
 
 from sluiceway.brokers.message import KEY_HEADER, TOMBSTONE_HEADER, Ack, Message, unexpected
 from sluiceway.config.brokers import NatsSettings
-from sluiceway.errors import BrokerError
+from sluiceway.errors import BrokerError, Cause
 
 log = logging.getLogger("sluiceway.brokers")
 
@@ -108,6 +108,7 @@ def map_error(exc: BaseException, action: str, target: str = "", *, server: str 
             "authorization failed (check the user and password in the server URL)",
             target=target,
             retriable=True,
+            cause=Cause.AUTHENTICATION,
         )
     if isinstance(exc, TimeoutError):  # an OSError too: told apart first
         if action == "connect":
@@ -125,10 +126,16 @@ def map_error(exc: BaseException, action: str, target: str = "", *, server: str 
             f"no such JetStream stream{on} (create it first: see docs/harvester.md)",
             target=target,
             retriable=True,
+            cause=Cause.MISSING,
         )
     if isinstance(exc, nats.errors.NoRespondersError):
         return BrokerError(
-            BROKER, action, f"JetStream is not enabled{on} (no responders)", target=target, retriable=True
+            BROKER,
+            action,
+            f"JetStream is not enabled{on} (no responders)",
+            target=target,
+            retriable=True,
+            cause=Cause.CONFIGURATION,
         )
     if isinstance(exc, nats.js.errors.APIError):
         code = getattr(exc, "err_code", None)

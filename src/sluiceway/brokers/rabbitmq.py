@@ -24,7 +24,7 @@ from typing import Any
 
 from sluiceway.brokers.message import KEY_HEADER, TOMBSTONE_HEADER, Ack, Message, unexpected
 from sluiceway.config.brokers import RabbitMqSettings
-from sluiceway.errors import BrokerError
+from sluiceway.errors import BrokerError, Cause
 
 BROKER = "rabbitmq"
 
@@ -80,14 +80,26 @@ def map_error(exc: BaseException, action: str, target: str = "", *, server: str 
     # connection: no record is to blame, and someone is probably fixing the set-up.
     if isinstance(exc, aiormq.exceptions.ChannelNotFoundEntity):
         return BrokerError(
-            BROKER, action, f"not found: {reply}{on} (declare it first)", target=target, retriable=True
+            BROKER,
+            action,
+            f"not found: {reply}{on} (declare it first)",
+            target=target,
+            retriable=True,
+            cause=Cause.MISSING,
         )
     if isinstance(exc, aiormq.exceptions.AuthenticationError | aiormq.exceptions.ProbableAuthenticationError):
         return BrokerError(
-            BROKER, action, f"authentication failed{on}: {reply}", target=target, retriable=True
+            BROKER,
+            action,
+            f"authentication failed{on}: {reply}",
+            target=target,
+            retriable=True,
+            cause=Cause.AUTHENTICATION,
         )
     if isinstance(exc, aiormq.exceptions.ChannelAccessRefused):
-        return BrokerError(BROKER, action, f"refused{on}: {reply}", target=target, retriable=True)
+        return BrokerError(
+            BROKER, action, f"refused{on}: {reply}", target=target, retriable=True, cause=Cause.PRIVILEGE
+        )
     return unexpected(BROKER, action, exc, target)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from sluiceway.brokers.message import Ack, Message, unexpected
 from sluiceway.config.brokers import RedisSettings
-from sluiceway.errors import BrokerError
+from sluiceway.errors import BrokerError, Cause
 
 BROKER = "redis"
 HEADER_PREFIX = "header:"
@@ -113,7 +113,12 @@ def map_error(exc: BaseException, action: str, target: str = "") -> BrokerError:
     # Set-up errors (credentials, a database number out of range) stop the start-up check; met
     # later they are retried like a lost connection: no record is to blame.
     if isinstance(exc, redis.exceptions.AuthenticationError | redis.exceptions.AuthorizationError):
-        return BrokerError(BROKER, action, f"authentication failed: {text}", target=target, retriable=True)
+        cause = (
+            Cause.AUTHENTICATION if isinstance(exc, redis.exceptions.AuthenticationError) else Cause.PRIVILEGE
+        )
+        return BrokerError(
+            BROKER, action, f"authentication failed: {text}", target=target, retriable=True, cause=cause
+        )
     if isinstance(exc, redis.exceptions.ConnectionError):
         # redis-py's own words name the address: "Error 111 connecting to 127.0.0.1:6399. Connection refused."
         return BrokerError(BROKER, action, f"cannot connect: {text}", target=target, retriable=True)

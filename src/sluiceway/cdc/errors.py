@@ -6,11 +6,19 @@ from sluiceway.errors import SluicewayError
 
 
 class CdcError(SluicewayError):
-    """The database cannot be captured as configured; the message names what and how to fix it."""
+    """The database cannot be captured as configured; the message names what and how to fix it.
+
+    ``permanent``: waiting will not mend it (``sluiceway.db.classify`` reads it); the two that
+    may pass — a slot another process reads, a lost replication connection — say False.
+    """
+
+    permanent = True
 
 
 class SlotInUseError(CdcError):
     """Another process (a running pipeline or capture) reads the same replication slot."""
+
+    permanent = False
 
 
 class LostChangesError(CdcError):
@@ -20,6 +28,8 @@ class LostChangesError(CdcError):
 class StreamInterrupted(CdcError):
     """The replication connection was lost (the server restarted, a network cut): transient — the
     capture reconnects and resumes from what its target holds."""
+
+    permanent = False
 
 
 class DecodeError(CdcError):

@@ -48,8 +48,43 @@ def _reported(check: Callable[[Any], T]) -> Callable[[Any], T]:
 
 #: Seconds, given as a Go-style duration (``500ms``, ``1m30s``) or a number; never negative.
 Duration = Annotated[float, BeforeValidator(_reported(parse_duration)), Field(ge=0)]
+#: The spelling of "wait for ever" where a start-up wait is configured.
+FOREVER = "forever"
+
+
+def parse_startup_timeout(value: Any) -> float:
+    """A start-up wait (``startupTimeout``, ``--startup-timeout``): a duration, or ``forever``
+    (``math.inf``) for orchestrators that start things in any order.
+
+    >>> parse_startup_timeout("30s"), parse_startup_timeout("forever"), parse_startup_timeout(0)
+    (30.0, inf, 0.0)
+    """
+    if isinstance(value, str) and value.strip().lower() == FOREVER:
+        return math.inf
+    if isinstance(value, float) and math.isinf(value) and value > 0:
+        return value  # a loaded configuration validated again
+    try:
+        return parse_duration(value)
+    except ConfigError:
+        raise ConfigError(f"expected a duration like '30s' or '2m', or {FOREVER}; got {value!r}") from None
+
+
+#: How long a daemon waits at start-up for a database or broker out of reach: a duration or
+#: ``forever``; past it, one line and exit 1.
+StartupTimeout = Annotated[float, BeforeValidator(_reported(parse_startup_timeout)), Field(ge=0)]
 #: A table name from configuration (optionally ``schema.table``), safe to quote into SQL.
 TableName = Annotated[str, AfterValidator(_reported(check_identifier))]
+
+
+def _schema_name(value: str) -> str:
+    check_identifier(value, what="schema")
+    if "." in value:
+        raise ConfigError(f"{value!r} is not a valid schema name: one name, without a dot")
+    return value
+
+
+#: A schema (MySQL/MariaDB: a database) from configuration, one name, safe to quote into SQL.
+SchemaName = Annotated[str, AfterValidator(_reported(_schema_name))]
 #: Any other SQL identifier from configuration (a column, say), safe to quote into SQL.
 SqlIdentifier = Annotated[str, AfterValidator(_reported(partial(check_identifier, what="identifier")))]
 

@@ -19,6 +19,7 @@ from typing import Any
 from sluiceway.db.dsn import DataSource, Dialect, parse_dsn
 from sluiceway.db.writers import POLL_SECONDS, gate_for, is_write
 from sluiceway.errors import (
+    Cause,
     ConflictError,
     DatabaseError,
     DatabaseRefusedError,
@@ -46,12 +47,18 @@ _PG_CONFLICTS: dict[str, type[DatabaseError]] = {
     "40P01": DeadlockError,  # deadlock_detected: likewise
 }
 _PG_LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout expired, or NOWAIT found the row locked
-# The server refused us for good: waiting will not help, so these are never retried.
-_PG_REFUSED: dict[str, type[DatabaseError]] = {
-    "3D000": NoSuchDatabaseError,  # invalid_catalog_name: no such database
-    "28P01": DatabaseRefusedError,  # invalid_password
-    "28000": DatabaseRefusedError,  # invalid_authorization_specification: no such role, pg_hba.conf
-    "42501": DatabaseRefusedError,  # insufficient_privilege: no CONNECT privilege (or on a table)
+# The server refused us for good: waiting will not help, so these are never retried. The cause
+# (privilege, missing, authentication) is what sluiceway.db.classify names the fix by.
+_Refusal = tuple[type[DatabaseError], Cause]
+_PG_REFUSED: dict[str, _Refusal] = {
+    "3D000": (NoSuchDatabaseError, Cause.MISSING),  # invalid_catalog_name: no such database
+    "3F000": (DatabaseRefusedError, Cause.MISSING),  # invalid_schema_name: no such schema
+    "42P01": (DatabaseRefusedError, Cause.MISSING),  # undefined_table
+    "28P01": (DatabaseRefusedError, Cause.AUTHENTICATION),  # invalid_password
+    # invalid_authorization_specification: no such role, may not log in, pg_hba.conf
+    "28000": (DatabaseRefusedError, Cause.AUTHENTICATION),
+    # insufficient_privilege: no CONNECT privilege, no CREATE on a schema, none on a table
+    "42501": (DatabaseRefusedError, Cause.PRIVILEGE),
 }
 # libpq keeps the SQLSTATE of an error that ends the connection start-up to itself: psycopg's
 # ``sqlstate`` is None there (seen with psycopg 3.3 and libpq 18; the PGresult is not exposed).
@@ -66,78 +73,105 @@ _PG_CONNECT_REFUSALS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("28000", re.compile(r"FATAL:\s+\w+ authentication failed for user")),  # ident, peer, md5…
     ("42501", re.compile(r'FATAL:\s+permission denied for database ".*"')),
 )
-_MYSQL_REFUSED: dict[int, type[DatabaseError]] = {
-    1049: NoSuchDatabaseError,  # ER_BAD_DB_ERROR: unknown database
-    1044: DatabaseRefusedError,  # ER_DBACCESS_DENIED_ERROR: no access to that database
-    1045: DatabaseRefusedError,  # ER_ACCESS_DENIED_ERROR: wrong user or password
-    1698: DatabaseRefusedError,  # ER_ACCESS_DENIED_NO_PASSWORD_ERROR
+_MYSQL_REFUSED: dict[int, _Refusal] = {
+    1049: (NoSuchDatabaseError, Cause.MISSING),  # ER_BAD_DB_ERROR: unknown database
+    1146: (DatabaseRefusedError, Cause.MISSING),  # ER_NO_SUCH_TABLE
+    1044: (DatabaseRefusedError, Cause.PRIVILEGE),  # ER_DBACCESS_DENIED_ERROR: no access to that database
+    1142: (DatabaseRefusedError, Cause.PRIVILEGE),  # ER_TABLEACCESS_DENIED_ERROR: CREATE, INSERT… denied
+    1143: (DatabaseRefusedError, Cause.PRIVILEGE),  # ER_COLUMNACCESS_DENIED_ERROR
+    1227: (DatabaseRefusedError, Cause.PRIVILEGE),  # ER_SPECIFIC_ACCESS_DENIED_ERROR (SUPER…)
+    1045: (DatabaseRefusedError, Cause.AUTHENTICATION),  # ER_ACCESS_DENIED_ERROR: wrong user or password
+    1698: (DatabaseRefusedError, Cause.AUTHENTICATION),  # ER_ACCESS_DENIED_NO_PASSWORD_ERROR
 }
 _MYSQL_DEADLOCK = 1213  # ER_LOCK_DEADLOCK: InnoDB rolled the whole transaction back
 _MYSQL_LOCK_WAIT_TIMEOUT = 1205  # ER_LOCK_WAIT_TIMEOUT: only the statement (innodb_rollback_on_timeout=OFF)
 _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_CANTOPEN = 5, 6, 14  # primary result codes
+# By primary result code: a file this user may not write, or cannot open at all (its directory
+# missing or not ours), stays so however long we wait.
+_SQLITE_REFUSED: dict[int, _Refusal] = {
+    3: (DatabaseRefusedError, Cause.PRIVILEGE),  # SQLITE_PERM
+    8: (DatabaseRefusedError, Cause.PRIVILEGE),  # SQLITE_READONLY (and its extended codes)
+    _SQLITE_CANTOPEN: (DatabaseRefusedError, Cause.MISSING),  # SQLITE_CANTOPEN
+    23: (DatabaseRefusedError, Cause.PRIVILEGE),  # SQLITE_AUTH
+}
 _SQLITE_BUSY_SNAPSHOT = 517  # WAL: our read snapshot went stale before our write; retry the transaction
+# Read-only for now, mended by opening the file again: WAL recovery another connection will run
+# (SQLITE_READONLY_RECOVERY), the file replaced under us (SQLITE_READONLY_DBMOVED).
+_SQLITE_REOPEN = frozenset({264, 1032})
 
 
-def _classify(exc: BaseException) -> tuple[type[DatabaseError], str | None]:
-    """Our error type for a driver exception, and the driver's code (as text) when it has one."""
+def _classify(exc: BaseException) -> tuple[type[DatabaseError], str | None, Cause | None]:
+    """Our error type for a driver exception, the driver's code (as text) when it has one, and
+    for a refusal its cause."""
     import psycopg
     import pymysql
 
     if isinstance(exc, psycopg.Error):
         state = exc.sqlstate
         if state in _PG_CONFLICTS:
-            return _PG_CONFLICTS[state], state
+            return _PG_CONFLICTS[state], state, None
         if state == _PG_LOCK_NOT_AVAILABLE:
-            return LockTimeoutError, state
+            return LockTimeoutError, state, None
         if state in _PG_REFUSED:
-            return _PG_REFUSED[state], state
+            cls, cause = _PG_REFUSED[state]
+            return cls, state, cause
         return (
-            DatabaseUnavailableError if isinstance(exc, psycopg.OperationalError) else DatabaseError
-        ), state
+            (DatabaseUnavailableError if isinstance(exc, psycopg.OperationalError) else DatabaseError),
+            state,
+            None,
+        )
     if isinstance(exc, pymysql.err.Error):
         errno = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
         code = None if errno is None else str(errno)
         if errno == _MYSQL_DEADLOCK:
-            return DeadlockError, code
+            return DeadlockError, code, None
         if errno == _MYSQL_LOCK_WAIT_TIMEOUT:
-            return LockTimeoutError, code
+            return LockTimeoutError, code, None
         if errno in _MYSQL_REFUSED:
-            return _MYSQL_REFUSED[errno], code
+            cls, cause = _MYSQL_REFUSED[errno]
+            return cls, code, cause
         unavailable = isinstance(exc, pymysql.err.OperationalError | pymysql.err.InterfaceError)
-        return (DatabaseUnavailableError if unavailable else DatabaseError), code
+        return (DatabaseUnavailableError if unavailable else DatabaseError), code, None
     if isinstance(exc, sqlite3.Error):
         extended: int | None = getattr(exc, "sqlite_errorcode", None)
         name: str | None = getattr(exc, "sqlite_errorname", None)
         if extended == _SQLITE_BUSY_SNAPSHOT:
-            return ConflictError, name
+            return ConflictError, name, None
         primary = None if extended is None else extended & 0xFF
         if primary in (_SQLITE_BUSY, _SQLITE_LOCKED):
-            return LockTimeoutError, name
-        return (DatabaseUnavailableError if primary == _SQLITE_CANTOPEN else DatabaseError), name
-    return DatabaseError, None
+            return LockTimeoutError, name, None
+        if extended in _SQLITE_REOPEN:
+            return DatabaseUnavailableError, name, None
+        if primary in _SQLITE_REFUSED:
+            cls, cause = _SQLITE_REFUSED[primary]
+            return cls, name, cause
+        return DatabaseError, name, None
+    return DatabaseError, None, None
 
 
-def _classify_connect(exc: BaseException) -> tuple[type[DatabaseError], str | None]:
+def _classify_connect(exc: BaseException) -> tuple[type[DatabaseError], str | None, Cause | None]:
     """Like :func:`_classify`, for an error that ended a connection attempt: a refusal (see
     ``_PG_REFUSED``) is permanent; anything else is the server being out of reach, for now."""
     import psycopg
 
-    cls, code = _classify(exc)
+    cls, code, cause = _classify(exc)
     if code is None and isinstance(exc, psycopg.OperationalError):
         text = str(exc)
         code = next((state for state, words in _PG_CONNECT_REFUSALS if words.search(text)), None)
-        cls = _PG_REFUSED.get(code or "", cls)
-    return (cls if issubclass(cls, DatabaseRefusedError) else DatabaseUnavailableError), code
+        cls, cause = _PG_REFUSED.get(code or "", (cls, cause))
+    if issubclass(cls, DatabaseRefusedError):
+        return cls, code, cause
+    return DatabaseUnavailableError, code, None
 
 
 def map_db_error(exc: BaseException, what: str) -> SluicewayError:
     """Translate a driver exception into our tree; the one place that knows driver types."""
     if isinstance(exc, SluicewayError):
         return exc
-    cls, code = _classify(exc)
+    cls, code, cause = _classify(exc)
     text = str(exc).strip()
     detail = text.splitlines()[0] if text else type(exc).__name__
-    return cls(f"{what}: {type(exc).__name__}: {text}", code=code, detail=detail)
+    return cls(f"{what}: {type(exc).__name__}: {text}", code=code, detail=detail, cause=cause)
 
 
 def open_raw(
@@ -190,8 +224,10 @@ def open_raw(
 def connect_error(exc: BaseException, what: str) -> DatabaseError:
     """Our error for a failed connection attempt: a refusal (a wrong password, no such database)
     is final; anything else is the server being out of reach, for now."""
-    cls, code = _classify_connect(exc)
-    return cls(f"{what}: {str(exc).strip()}", code=code)
+    cls, code, cause = _classify_connect(exc)
+    text = str(exc).strip()
+    detail = text.splitlines()[0] if text else type(exc).__name__
+    return cls(f"{what}: {text}", code=code, detail=detail, cause=cause)
 
 
 def _open_sqlite_read_only(source: DataSource, connect_timeout: float) -> Any:

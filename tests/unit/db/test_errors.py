@@ -99,11 +99,12 @@ def test_sqlite_locked_is_a_lock_timeout(
     assert type(mapped) is LockTimeoutError and mapped.code == "SQLITE_LOCKED_SHAREDCACHE"
 
 
-def test_sqlite_cannot_open_is_unavailable() -> None:
+def test_sqlite_cannot_open_is_a_refusal() -> None:
+    # A file in a directory that is not there (or not ours) stays unopenable however long we wait.
     with pytest.raises(sqlite3.OperationalError) as caught:
         sqlite3.connect("file:/nonexistent-dir/app.db?mode=rw", uri=True)
     mapped = map_db_error(caught.value, "open")
-    assert type(mapped) is DatabaseUnavailableError and mapped.code == "SQLITE_CANTOPEN"
+    assert type(mapped) is DatabaseRefusedError and mapped.code == "SQLITE_CANTOPEN"
 
 
 @pytest.mark.parametrize(
