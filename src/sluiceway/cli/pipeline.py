@@ -93,6 +93,7 @@ def run(
     logging.getLogger("py4j").setLevel(logging.WARNING)
     # A sink that stops is reported in one line below; py4j would print its proxy traceback too.
     logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+    from sluiceway.pipeline.checkpoint import CheckpointLock
     from sluiceway.pipeline.errors import PipelineError, SpecError
     from sluiceway.pipeline.preflight import check_checkpoint, check_sinks
     from sluiceway.pipeline.runner import first_line
@@ -103,6 +104,9 @@ def run(
     # Before Spark starts: a wrong path, DSN or server is one line at once (Pipeline.start checks again).
     try:
         check_checkpoint(parsed)
+        in_use = CheckpointLock(parsed.checkpoint).holder()
+        if in_use is not None:  # before Spark starts: the run itself takes the lock
+            raise PipelineError(in_use)
         adapter(parsed).check(parsed)
         check_sinks(parsed)
     except PipelineError as exc:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from sluiceway.pipeline.checkpoint import CheckpointLock
 from sluiceway.pipeline.compat import is_connect_session, tolerate_observed_metrics_in_commands
 from sluiceway.pipeline.dedup import dedup_by_sequence
 from sluiceway.pipeline.errors import PipelineError, SinkFailed, StepPaused, explain
@@ -174,6 +175,8 @@ class Pipeline:
         #: What ended the run other than a sink (the capture failing).
         self.failure: BaseException | None = None
         self._reported: set[str] = set()
+        #: Held from :meth:`preflight` to the end of the run (:meth:`stop`).
+        self._lock: CheckpointLock | None = None
 
     @classmethod
     def from_yaml(cls, path: str, spark: Any = None, *, master: str = "local[*]") -> Pipeline:
@@ -213,6 +216,7 @@ class Pipeline:
                 self.start_sink(s, once=once)
         except BaseException:
             self._stop_capture()
+            self._release()
             raise
         return dict(self.queries)
 
@@ -250,6 +254,7 @@ class Pipeline:
         for handler in self.handlers.values():
             handler.close()
         self._stop_capture()
+        self._release()
 
     def wait(self, timeout: float | None = None) -> dict[str, SinkRun]:
         """Block until every query has ended (or a stop was requested, or ``timeout``)."""
@@ -300,6 +305,7 @@ class Pipeline:
                 for handler in self.handlers.values():
                     handler.close()
                 self._stop_capture()
+                self._release()
         if self.failure is not None:
             raise self.failure
         for sink, outcome in runs.items():
@@ -321,11 +327,25 @@ class Pipeline:
         check_checkpoint(self.spec)
         source.check(self.spec)
         check_sinks(self.spec)
+        if self._lock is None:
+            lock = CheckpointLock(self.spec.checkpoint)
+            lock.acquire()  # one run per checkpoint: a second is refused here, naming the first
+            self._lock = lock
         service = source.capture(self.spec)
         if service is None:
             return
-        service.prepare()
+        try:
+            service.prepare()
+        except BaseException:
+            self._release()
+            raise
         self.capture = service
+
+    def _release(self) -> None:
+        """This run no longer holds its checkpoint."""
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
 
     def _start_capture(self, once: bool) -> None:
         """CDC: ``--once`` captures up to now first, then the sinks read the journal to its end;

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from sluiceway.journal import Journal
+from sluiceway.testing import wait_until
 from tests.conftest import PG_SERVER, pg_database_dsn
 
 #: Start-up checks run before Spark starts: generous, but far below a Spark run's retries.
@@ -330,3 +331,34 @@ def test_a_place_that_cannot_be_written_is_one_line_before_spark_starts(
     line = one_line(sluice("pipeline", "run", spec.name, "--once", cwd=tmp_path))
     assert words in line and "is not a directory" in line, line
     assert not (tmp_path / "cp").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_second_run_of_one_checkpoint_is_refused_naming_the_first(tmp_path: Path) -> None:
+    """Two runs of one spec at once: the second is refused at start, before Spark, naming the
+    process that runs; once that one is gone (even by kill -9) the next run may start."""
+    journal_with(tmp_path / "journal", 3)
+    write_spec(
+        tmp_path,
+        """pipeline:
+  name: orders
+  source: {type: journal, path: ./journal}
+  sinks: [{name: out, type: parquet, path: ./out}]
+  checkpoint: ./cp
+""",
+    )
+    first = subprocess.Popen(
+        [sys.executable, "-m", "sluiceway.cli.main", "pipeline", "run", "orders.yaml"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        lock = tmp_path / "cp" / ".sluice-run.lock"
+        wait_until(lambda: lock.exists() and str(first.pid) in lock.read_text(), timeout=120)
+        line = one_line(sluice("pipeline", "run", "orders.yaml", "--once", cwd=tmp_path))
+        assert "is in use by another run of this pipeline" in line and f"process {first.pid} on" in line, line
+    finally:
+        first.kill()
+        first.wait(30)
+    again = sluice("pipeline", "run", "orders.yaml", "--once", cwd=tmp_path, timeout=180)
+    assert again.returncode == 0, again.stderr
