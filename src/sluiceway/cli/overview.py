@@ -243,7 +243,8 @@ def ui(
 
     Read-only unless --allow-actions; actions then need the token printed at start-up (open the
     link it prints). Listens on loopback unless told otherwise; another address needs --token,
-    and then every page needs it too.
+    and then every page needs it too. A port already taken is one line and exit 1; SIGTERM or
+    Ctrl-C stops it, exit 0. Port 0 picks a free one (the printed address names it).
 
     Examples:
 
@@ -254,9 +255,8 @@ def ui(
       SLUICE_UI_TOKEN=… sluice ui --addr 0.0.0.0:8080
     """
     try:
-        import uvicorn
-
         from sluiceway.ui import Console, create_app
+        from sluiceway.ui.serve import listen, serve
     except ImportError as exc:
         raise fail(
             f"sluice ui needs the ui extra ({exc.name} is missing): pip install 'sluiceway[ui]'"
@@ -281,8 +281,10 @@ def ui(
             refresh_seconds=refresh,
         )
     )
+    # Bound before it is announced: a busy port is one line, not a promise and then a failure.
+    sock = listen(host, port)
     shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{port}/"
+    url = f"http://{shown}:{sock.getsockname()[1]}/"
     mode = "actions on" if allow_actions else "read-only"
     typer.echo(f"sluice ui on {url} ({mode}; workspace {config})")
     if generated:
@@ -290,4 +292,4 @@ def ui(
         typer.echo(f"open: {url}?token={token}")
     elif token:
         typer.echo(f"token: the one given (--token or SLUICE_UI_TOKEN); open {url}?token=…")
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    serve(app, sock)  # until SIGTERM or Ctrl-C: a clean stop, exit 0
