@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,11 +92,58 @@ def build_session(
         builder = builder.master(master)
     for key, value in session_settings(master, warehouse=warehouse, conf=conf).items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    from pyspark import SparkContext
+
+    launching = not master.startswith("sc://") and SparkContext._active_spark_context is None
+    with _jvm_start_up_quiet() if launching else contextlib.nullcontext():
+        session = builder.getOrCreate()
     if not master.startswith("sc://"):
         session.sparkContext.setLogLevel("ERROR")
     _quiet_query_context_loggers()
     return session
+
+
+#: What the JVM prints on stderr as every local session starts, that reads like trouble and is
+#: none: the JDK's notice that Spark uses an incubating module, and Spark's shell-style hint
+#: about log levels (we set them: session_settings, log4j2-quiet.properties).
+_START_UP_NOISE = (
+    b"WARNING: Using incubator modules:",
+    b'Setting default log level to "',
+    b"To adjust logging level use sc.setLogLevel(",
+)
+
+
+@contextlib.contextmanager
+def _jvm_start_up_quiet() -> Iterator[None]:
+    """Launch the JVM with its stderr through a filter that drops :data:`_START_UP_NOISE` and
+    passes every other line on, for as long as the JVM lives (its errors still reach the user).
+
+    The JVM inherits file descriptor 2 from this process when PySpark starts it: for that moment
+    only, descriptor 2 is a pipe; ours is given back at once, and a thread copies the pipe's
+    lines to it."""
+    try:
+        target = os.dup(2)
+    except OSError:  # no stderr to speak of
+        yield
+        return
+    read_end, write_end = os.pipe()
+    threading.Thread(target=_forward, args=(read_end, target), name="sluice-jvm-stderr", daemon=True).start()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    try:
+        yield
+    finally:
+        os.dup2(target, 2)  # ours again; the JVM (and its Python workers) keep the pipe
+
+
+def _forward(read_end: int, target: int) -> None:
+    with os.fdopen(read_end, "rb", buffering=0) as pipe:
+        for line in iter(pipe.readline, b""):
+            if not line.startswith(_START_UP_NOISE):
+                with contextlib.suppress(OSError):
+                    os.write(target, line)
+    with contextlib.suppress(OSError):
+        os.close(target)
 
 
 def _quiet_query_context_loggers() -> None:

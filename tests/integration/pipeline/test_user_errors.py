@@ -248,6 +248,9 @@ def last_error(result: subprocess.CompletedProcess[str]) -> str:
     assert result.returncode == 1, result.stdout + result.stderr
     assert "Traceback" not in result.stderr and "\tat " not in result.stderr, result.stderr
     assert all(len(line) < 1000 for line in result.stderr.splitlines()), result.stderr
+    # The JVM's start-up lines that read like trouble and are none are not passed on.
+    for noise in ("WARNING: Using incubator modules", "Setting default log level", "sc.setLogLevel"):
+        assert noise not in result.stderr, result.stderr
     assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
         result.stderr.splitlines()[-1]
     ], result.stderr
