@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from typing import Any
 
 import typer
@@ -93,6 +94,11 @@ def run(
     logging.getLogger("py4j").setLevel(logging.WARNING)
     # A sink that stops is reported in one line below; py4j would print its proxy traceback too.
     logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+    if logging.getLogger().getEffectiveLevel() > logging.DEBUG:
+        # Py4J also logs through the root logger (a Ctrl-C while Spark starts: "Exception while
+        # sending command." and two tracebacks); the run says what happened in its own line.
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_not_from_py4j)
     from sluiceway.pipeline.checkpoint import CheckpointLock
     from sluiceway.pipeline.errors import PipelineError, SpecError
     from sluiceway.pipeline.preflight import check_checkpoint, check_sinks
@@ -141,6 +147,10 @@ def run(
             err_console.print(f"sink {r.sink!r}: {r.state}", highlight=False)
     if failed:
         raise typer.Exit(1)
+
+
+def _not_from_py4j(record: logging.LogRecord) -> bool:
+    return f"{os.sep}py4j{os.sep}" not in record.pathname
 
 
 @app.command("status")

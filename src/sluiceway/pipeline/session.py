@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import threading
 from collections.abc import Iterator
@@ -95,12 +96,35 @@ def build_session(
     from pyspark import SparkContext
 
     launching = not master.startswith("sc://") and SparkContext._active_spark_context is None
-    with _jvm_start_up_quiet() if launching else contextlib.nullcontext():
-        session = builder.getOrCreate()
+    before = _children() if launching else set()
+    try:
+        with _jvm_start_up_quiet() if launching else contextlib.nullcontext():
+            session = builder.getOrCreate()
+    except BaseException:
+        # Interrupted (Ctrl-C) or failed while the JVM starts: PySpark leaves the JVM it launched
+        # running (its gateway waits for a driver that is gone), an orphan for good. Not ours.
+        for pid in _children() - before:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        raise
     if not master.startswith("sc://"):
         session.sparkContext.setLogLevel("ERROR")
     _quiet_query_context_loggers()
     return session
+
+
+def _children() -> set[int]:
+    """This process's child processes (Linux's /proc; none known elsewhere)."""
+    me, found = os.getpid(), set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # "pid (comm) state ppid …": comm may hold spaces and parentheses; ppid follows the last ")".
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == me:
+            found.add(int(stat.parent.name))
+    return found
 
 
 #: What the JVM prints on stderr as every local session starts, that reads like trouble and is

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -365,3 +366,45 @@ def test_a_second_run_of_one_checkpoint_is_refused_naming_the_first(tmp_path: Pa
         first.wait(30)
     again = sluice("pipeline", "run", "orders.yaml", "--once", cwd=tmp_path, timeout=180)
     assert again.returncode == 0, again.stderr
+
+
+def _has_jvm_child(pid: int) -> bool:
+    """Whether ``pid`` has started a JVM (Spark's driver) as its child."""
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            text = status.read_text()
+            cmdline = (status.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if f"\nPPid:\t{pid}\n" in text and b"java" in cmdline:
+            return True
+    return False
+
+
+def test_ctrl_c_while_spark_starts_is_one_line_and_exit_130(tmp_path: Path) -> None:
+    journal_with(tmp_path / "journal", 3)
+    write_spec(
+        tmp_path,
+        """pipeline:
+  name: orders
+  source: {type: journal, path: ./journal}
+  sinks: [{name: out, type: parquet, path: ./out}]
+  checkpoint: ./cp
+""",
+    )
+    run = subprocess.Popen(
+        [sys.executable, "-m", "sluiceway.cli.main", "pipeline", "run", "orders.yaml"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(lambda: _has_jvm_child(run.pid), timeout=60, message="Spark's JVM starts")
+        run.send_signal(signal.SIGINT)
+        _out, err = run.communicate(timeout=60)
+    finally:
+        run.kill()
+        run.wait()
+    assert run.returncode == 130, err
+    assert err.strip().splitlines() == ["interrupted"], err
