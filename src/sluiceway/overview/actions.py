@@ -30,11 +30,13 @@ from sluiceway.db import Database
 from sluiceway.feed import Feed
 from sluiceway.outbox import discover
 from sluiceway.outbox.deadletters import DeadLetterNotFoundError, resolve_dead_letter, retry_dead_letter
-from sluiceway.overview.status import pipeline_spec
+from sluiceway.overview.status import load_pipeline, pipeline_spec
 from sluiceway.overview.workspace import Workspace
 
-#: Starts ``sluice pipeline step SPEC --sink SINK``; returns the process to reap (None: nothing to).
-StepLauncher = Callable[[str, str], "subprocess.Popen[bytes] | None"]
+#: Starts ``sluice pipeline step SPEC --sink SINK`` in a directory (the workspace's ``root``: its
+#: relative paths are read from there; ``None``: the current one); returns the process to reap
+#: (None: nothing to).
+StepLauncher = Callable[[str, str, "str | None"], "subprocess.Popen[bytes] | None"]
 
 
 def retry_dead(workspace: Workspace, outbox: str, dead_id: int) -> str:
@@ -62,10 +64,9 @@ def resolve_dead(workspace: Workspace, outbox: str, dead_id: int) -> str:
 
 def skip(workspace: Workspace, pipeline: str, sink: str, offset: int) -> str:
     """Have ``sink`` of ``pipeline`` skip the record at ``offset`` (``sluice pipeline skip``)."""
-    from sluiceway.pipeline import PipelineSpec
     from sluiceway.pipeline.operator import skip as skip_record
 
-    skip_record(PipelineSpec.from_yaml(pipeline_spec(workspace, pipeline)), sink, offset)
+    skip_record(load_pipeline(pipeline_spec(workspace, pipeline), workspace.root), sink, offset)
     return f"sink {sink} will skip offset {offset} (when the pipeline runs)"
 
 
@@ -79,9 +80,9 @@ def retry_feed(workspace: Workspace, feed: str, partition: str | None, item: int
     return f"{count} failed item(s){scope} made available again"
 
 
-def launch_step(spec: str, sink: str) -> subprocess.Popen[bytes]:
-    """``sluice pipeline step SPEC --sink SINK`` in a process of its own (it starts Spark), its
-    output in a log file; the sink's status shows the outcome."""
+def launch_step(spec: str, sink: str, cwd: str | None = None) -> subprocess.Popen[bytes]:
+    """``sluice pipeline step SPEC --sink SINK`` in a process of its own (it starts Spark), run in
+    ``cwd``, its output in a log file; the sink's status shows the outcome."""
     log_file = Path(tempfile.gettempdir()) / f"sluice-step-{sink}-{int(time.time())}.log"
     with open(log_file, "ab") as out:
         return subprocess.Popen(
@@ -90,6 +91,7 @@ def launch_step(spec: str, sink: str) -> subprocess.Popen[bytes]:
             stderr=out,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            cwd=cwd,
         )
 
 
@@ -108,13 +110,11 @@ class Steps:
 
     def start(self, workspace: Workspace, pipeline: str, sink: str) -> str:
         """Start one step of ``sink`` of ``pipeline``; the sink's status shows how it ends."""
-        from sluiceway.pipeline import PipelineSpec
-
         spec = pipeline_spec(workspace, pipeline)
-        PipelineSpec.from_yaml(spec).sink(sink)  # no process for a sink the spec does not name
+        load_pipeline(spec, workspace.root).sink(sink)  # no process for a sink the spec does not name
         with self._lock:
             self._running = [p for p in self._running if p.poll() is None]
-            process = self._launch(spec, sink)
+            process = self._launch(spec, sink, workspace.root)
             if process is not None:
                 self._running.append(process)
         return f"sink {sink}: one step started (Spark starts first; refresh to see it)"

@@ -12,6 +12,7 @@ from typing import Any
 from sluiceway.db import Database
 from sluiceway.feed import Feed, Partition, Status
 from sluiceway.journal import Journal
+from sluiceway.overview.status import load_pipeline
 from sluiceway.overview.values import iso, preview
 from sluiceway.overview.workspace import FeedWatch
 
@@ -37,12 +38,12 @@ def journal_records(path: str, start: int, end: int, limit: int = 100) -> list[d
         ]
 
 
-def stopped_record(spec_path: str, offset: int) -> dict[str, Any] | None:
-    """The source's record at ``offset`` (the one a failed sink stopped on), read without Spark."""
-    from sluiceway.pipeline import PipelineSpec
+def stopped_record(spec_path: str, offset: int, root: str | None = None) -> dict[str, Any] | None:
+    """The source's record at ``offset`` (the one a failed sink stopped on), read without Spark;
+    the spec's relative paths from ``root`` (the workspace's)."""
     from sluiceway.pipeline.operator import inspect
 
-    rows = inspect(PipelineSpec.from_yaml(spec_path), offset, offset + 1, limit=1).to_pylist()
+    rows = inspect(load_pipeline(spec_path, root), offset, offset + 1, limit=1).to_pylist()
     if not rows:
         return None
     row = rows[0]
@@ -55,7 +56,7 @@ def stopped_record(spec_path: str, offset: int) -> dict[str, Any] | None:
     }
 
 
-def stopped_records(entry: dict[str, Any]) -> dict[str, Any]:
+def stopped_records(entry: dict[str, Any], root: str | None = None) -> dict[str, Any]:
     """Sink name → the record each failed sink of a pipeline's status ``entry`` stopped on (or
     why it cannot be read: the page still shows the sink's error without it)."""
     stopped: dict[str, Any] = {}
@@ -63,7 +64,7 @@ def stopped_records(entry: dict[str, Any]) -> dict[str, Any]:
         offset = (sink["error"] or {}).get("offset")
         if sink["state"] == "failed" and isinstance(offset, int):
             try:
-                stopped[sink["name"]] = stopped_record(entry["spec"], offset)
+                stopped[sink["name"]] = stopped_record(entry["spec"], offset, root)
             except Exception as exc:  # any source error: shown in place of the record
                 stopped[sink["name"]] = {"error": f"cannot read the record: {exc}"}
     return stopped

@@ -16,14 +16,19 @@ import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from sluiceway.config.paths import rooted
 from sluiceway.db import Database, parse_dsn
 from sluiceway.feed import Feed, FeedStatus, Status
 from sluiceway.journal import Journal
 from sluiceway.overview.checks import evaluate
 from sluiceway.overview.outbox import outbox_status
 from sluiceway.overview.workspace import FeedWatch, JournalWatch, NotWatchedError, OutboxWatch, Workspace
+
+if TYPE_CHECKING:
+    from sluiceway.capture import CaptureConfig
+    from sluiceway.pipeline import PipelineSpec
 
 log = logging.getLogger("sluiceway.overview")
 
@@ -110,20 +115,42 @@ def journal_entry(watch: JournalWatch) -> dict[str, Any]:
     return _entry(watch.name, _JOURNAL_FIELDS, read, path=watch.path)
 
 
-def pipeline_entry(spec_path: str) -> dict[str, Any]:
+def load_pipeline(spec_path: str, root: str | None) -> PipelineSpec:
+    """A watched pipeline's spec, its relative paths read from the workspace's ``root`` (the
+    directory the pipeline runs in; ``None``: the current one)."""
     from sluiceway.pipeline import PipelineSpec
+
+    spec = PipelineSpec.from_yaml(spec_path)
+    return spec if root is None else spec.rooted(root)
+
+
+def load_capture(path: str, root: str | None) -> CaptureConfig:
+    """A watched capture's file, its state directory and journals read from the workspace's
+    ``root`` (the directory the capture runs in; ``None``: the current one)."""
+    from sluiceway.capture import CaptureConfig
+
+    config = CaptureConfig.from_file(path)
+    if root is None:
+        return config
+    c = config.capture
+    journal = c.journal and c.journal.model_copy(update={"path": rooted(c.journal.path, root)})
+    capture = c.model_copy(update={"state_dir": rooted(c.state_path, root), "journal": journal})
+    return config.model_copy(update={"capture": capture})
+
+
+def pipeline_entry(spec_path: str, root: str | None = None) -> dict[str, Any]:
     from sluiceway.pipeline.operator import source_status, status
 
     name = Path(spec_path).stem
     try:
-        spec: PipelineSpec | None = PipelineSpec.from_yaml(spec_path)
+        spec: PipelineSpec | None = load_pipeline(spec_path, root)
     except Exception:  # reported by read() below, under the file's name
         spec = None
     if spec is not None:
         name = spec.name
 
     def read() -> dict[str, Any]:
-        parsed = spec or PipelineSpec.from_yaml(spec_path)
+        parsed = spec or load_pipeline(spec_path, root)
         sinks = [
             {
                 "name": s.sink,
@@ -193,20 +220,19 @@ def feed_entry(watch: FeedWatch) -> dict[str, Any]:
     return _entry(watch.name, _FEED_FIELDS, read, prefix=watch.prefix)
 
 
-def capture_entry(path: str) -> dict[str, Any]:
+def capture_entry(path: str, root: str | None = None) -> dict[str, Any]:
     """A ``sluice capture`` named by its file (``capture.name``): read, never changed."""
-    from sluiceway.capture import CaptureConfig
     from sluiceway.overview.capture import capture_settings, capture_status
 
     try:
-        config: CaptureConfig | None = CaptureConfig.from_file(path)
+        config: CaptureConfig | None = load_capture(path, root)
     except Exception:  # reported by read() below, under the file's name
         config = None
     name = Path(path).stem if config is None else config.capture.name
     known = {"file": path} if config is None else capture_settings(config, path)
 
     def read() -> dict[str, Any]:
-        return capture_status(config or CaptureConfig.from_file(path))
+        return capture_status(config or load_capture(path, root))
 
     return _entry(name, _CAPTURE_FIELDS, read, **known)
 
@@ -223,9 +249,9 @@ def collect(workspace: Workspace) -> dict[str, Any]:
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "outboxes": [outbox_entry(w) for w in workspace.outboxes],
         "journals": [journal_entry(w) for w in workspace.journals],
-        "pipelines": [pipeline_entry(p) for p in workspace.pipelines],
+        "pipelines": [pipeline_entry(p, workspace.root) for p in workspace.pipelines],
         "feeds": [feed_entry(w) for w in workspace.feeds],
-        "captures": [capture_entry(p) for p in workspace.captures],
+        "captures": [capture_entry(p, workspace.root) for p in workspace.captures],
     }
     evaluate(report, workspace.checks)
     return report
@@ -233,12 +259,10 @@ def collect(workspace: Workspace) -> dict[str, Any]:
 
 def pipeline_specs(workspace: Workspace) -> dict[str, str]:
     """Pipeline name → spec file, for the specs that parse (a name is its spec's ``name``)."""
-    from sluiceway.pipeline import PipelineSpec
-
     found = {}
     for path in workspace.pipelines:
         try:
-            found[PipelineSpec.from_yaml(path).name] = path
+            found[load_pipeline(path, workspace.root).name] = path
         except Exception:  # an unreadable spec has no name to act on; the views show its error
             continue
     return found
@@ -254,12 +278,10 @@ def pipeline_spec(workspace: Workspace, name: str) -> str:
 
 def capture_files(workspace: Workspace) -> dict[str, str]:
     """Capture name → its file, for the files that parse (a name is its ``capture.name``)."""
-    from sluiceway.capture import CaptureConfig
-
     found = {}
     for path in workspace.captures:
         try:
-            found[CaptureConfig.from_file(path).capture.name] = path
+            found[load_capture(path, workspace.root).capture.name] = path
         except Exception:  # an unreadable file has no name to look up; the views show its error
             continue
     return found
@@ -268,16 +290,17 @@ def capture_files(workspace: Workspace) -> dict[str, str]:
 def collect_one(workspace: Workspace, kind: str, name: str) -> dict[str, Any]:
     """The entry ``name`` of ``kind`` alone (read, checks applied); :class:`NotWatchedError` if
     the workspace has none."""
+    root = workspace.root
     if kind == "pipelines":
-        chosen = Workspace(pipelines=[pipeline_spec(workspace, name)], checks=workspace.checks)
+        chosen = Workspace(pipelines=[pipeline_spec(workspace, name)], checks=workspace.checks, root=root)
     elif kind == "captures":
         path = capture_files(workspace).get(name)
         if path is None:
             raise NotWatchedError(kind, name)
-        chosen = Workspace(captures=[path], checks=workspace.checks)
+        chosen = Workspace(captures=[path], checks=workspace.checks, root=root)
     else:
         entries = [w for w in getattr(workspace, kind) if w.name == name]
-        chosen = Workspace.model_validate({kind: entries, "checks": workspace.checks})
+        chosen = Workspace.model_validate({kind: entries, "checks": workspace.checks, "root": root})
     entry = find(collect(chosen), kind, name)
     if entry is None:  # not watched (or a spec that stopped parsing since: it has no name now)
         raise NotWatchedError(kind, name)

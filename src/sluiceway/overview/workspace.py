@@ -3,7 +3,11 @@ watch, and the thresholds past which one of them counts as stuck.
 
 Read at the edge like every configuration (YAML, ``${ENV}`` interpolation, validated, frozen);
 every section is optional. Relative paths (journal directories, pipeline specs, capture files,
-SQLite files) are relative to the directory ``sluice`` runs in, as everywhere else in sluiceway::
+SQLite files) are relative to the workspace file's own directory, whatever directory ``sluice``
+runs in — and so are the relative paths inside the pipeline specs and capture files it lists
+(checkpoints, a journal source, a capture's state directory): they are read as if ``sluice`` ran
+in that directory, where the pipelines and captures are meant to run. ``root:`` names another
+directory for all of them (relative: from the file's)::
 
     outboxes:  [{name: shop, dsn: "${PG}", table: outbox}]
     journals:  [{name: bus, path: ./data/journal}]
@@ -23,6 +27,7 @@ from typing import Annotated, Protocol, TypeVar
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from sluiceway.config import DataSourceString, Duration, StrictModel, TableName, load_file
+from sluiceway.config.paths import rooted, rooted_dsn
 from sluiceway.election.lease import DEFAULT_LEASE_TABLE
 from sluiceway.errors import SluicewayError
 
@@ -136,6 +141,11 @@ class Workspace(StrictModel):
     #: ``sluice capture`` files (capture.yaml); each capture is named by its ``capture.name``.
     captures: list[str] = Field(default_factory=list)
     checks: Checks = Field(default_factory=Checks)
+    #: The directory relative paths are read from: this file's, and those of the specs and capture
+    #: files it lists (the directory the pipelines and captures run in). Default: the workspace
+    #: file's own directory; a relative one is from there. Absolute once loaded by ``from_file``;
+    #: ``None`` (a workspace made in code) reads them from the current directory.
+    root: str | None = None
 
     @field_validator("pipelines")
     @classmethod
@@ -178,5 +188,28 @@ class Workspace(StrictModel):
 
     @classmethod
     def from_file(cls, path: str | Path) -> Workspace:
-        """Read and validate a workspace file (``validate(Workspace, data)`` for parsed data)."""
-        return load_file(cls, path)
+        """Read and validate a workspace file (``validate(Workspace, data)`` for parsed data); its
+        relative paths are made absolute from its directory (or ``root``), see :meth:`rooted`."""
+        return load_file(cls, path).rooted(Path(path).absolute().parent)
+
+    def rooted(self, directory: str | Path) -> Workspace:
+        """This workspace with ``root`` and every relative path in it made absolute from
+        ``directory`` (the file's; ``root`` itself, when relative, is from it too).
+
+        >>> ws = Workspace.model_validate({"journals": [{"name": "bus", "path": "./journal"}],
+        ...                                "pipelines": ["orders.yaml"], "root": "run"})
+        >>> ws = ws.rooted("/srv/shop")
+        >>> ws.root, ws.journals[0].path, ws.pipelines
+        ('/srv/shop/run', '/srv/shop/run/journal', ['/srv/shop/run/orders.yaml'])
+        """
+        root = rooted(self.root or ".", directory)
+        return self.model_copy(
+            update={
+                "root": root,
+                "outboxes": [w.model_copy(update={"dsn": rooted_dsn(w.dsn, root)}) for w in self.outboxes],
+                "journals": [w.model_copy(update={"path": rooted(w.path, root)}) for w in self.journals],
+                "pipelines": [rooted(p, root) for p in self.pipelines],
+                "feeds": [w.model_copy(update={"dsn": rooted_dsn(w.dsn, root)}) for w in self.feeds],
+                "captures": [rooted(p, root) for p in self.captures],
+            }
+        )

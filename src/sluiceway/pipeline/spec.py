@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from sluiceway.config.brokers import NatsSettings, RabbitMqSettings, RedisSettings, StreamName, redact_url
 from sluiceway.config.loader import interpolate, load_yaml
+from sluiceway.config.paths import rooted, rooted_dsn
 from sluiceway.config.types import Duration, KafkaSettings, SettingText, SqlIdentifier, TableName
 from sluiceway.config.types import StrictModel as _Model
 from sluiceway.errors import ConfigError
@@ -525,6 +526,37 @@ class PipelineSpec(_Model):
 
     def checkpoint_dir(self, sink: str) -> Path:
         return Path(self.checkpoint) / sink
+
+    def rooted(self, root: str | Path) -> PipelineSpec:
+        """This spec as ``sluice pipeline`` run in ``root`` reads it: the checkpoint, every local
+        ``path`` (a journal, files, a Delta table) and every SQLite ``dsn`` of the source, the sinks
+        and their dead-letter sinks made absolute from ``root`` (what a workspace file's reader
+        needs, :meth:`~sluiceway.overview.Workspace.rooted`).
+
+        >>> spec = PipelineSpec.builder("p").source("journal", path="j").sink("lake", "parquet",
+        ...     path="out").checkpoint("cp").build().rooted("/srv")
+        >>> spec.checkpoint, spec.source.path, spec.sinks[0].path
+        ('/srv/cp', '/srv/j', '/srv/out')
+        """
+
+        def fix(model: Any) -> Any:
+            # Every local path in a spec is a field called ``path``, every database a ``dsn``.
+            update: dict[str, Any] = {}
+            if isinstance(getattr(model, "path", None), str):
+                update["path"] = rooted(model.path, root)
+            if isinstance(getattr(model, "dsn", None), str):
+                update["dsn"] = rooted_dsn(model.dsn, root)
+            if getattr(model, "dead_letter", None) is not None:
+                update["dead_letter"] = fix(model.dead_letter)
+            return model.model_copy(update=update)
+
+        return self.model_copy(
+            update={
+                "checkpoint": rooted(self.checkpoint, root),
+                "source": fix(self.source),
+                "sinks": [fix(sink) for sink in self.sinks],
+            }
+        )
 
     # -- loading ----------------------------------------------------------------------------------
     @classmethod

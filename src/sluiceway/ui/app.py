@@ -241,7 +241,8 @@ def journal(request: Request) -> Response:
 @_guarded
 def pipeline(request: Request) -> Response:
     entry = _status(request, "pipelines")
-    return _page(request, "pipeline.html", entry=entry, stopped=stopped_records(entry))
+    stopped = stopped_records(entry, _console(request).workspace.root)
+    return _page(request, "pipeline.html", entry=entry, stopped=stopped)
 
 
 @_guarded

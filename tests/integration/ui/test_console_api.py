@@ -76,7 +76,12 @@ def test_beyond_loopback_every_page_needs_the_token(built: Built) -> None:
 
 def test_skip_and_step_a_sink(built: Built) -> None:
     launched: list[tuple[str, str]] = []
-    web = client(built, allow_actions=True, token="t", step=lambda spec, sink: launched.append((spec, sink)))
+
+    def step(spec: str, sink: str, cwd: str | None) -> None:
+        assert cwd == str(built.config.parent), "run where the workspace's relative paths are read from"
+        launched.append((spec, sink))
+
+    web = client(built, allow_actions=True, token="t", step=step)
     auth = {"Authorization": "Bearer t"}
     assert web.post("/pipeline/orders/sinks/db/skip", data={"offset": "42"}).status_code == 403
     done = web.post(

@@ -40,7 +40,8 @@ def workspace(tmp_path: Path) -> Workspace:
 def test_a_step_starts_for_a_named_sink_and_finished_ones_are_reaped(workspace: Workspace) -> None:
     started: list[tuple[str, str, FakeProcess]] = []
 
-    def launch(spec: str, sink: str) -> FakeProcess:
+    def launch(spec: str, sink: str, cwd: str | None) -> FakeProcess:
+        assert cwd is None, "a workspace made in code reads its paths from the current directory"
         started.append((spec, sink, FakeProcess()))
         return started[-1][2]
 
