@@ -164,25 +164,29 @@ def test_outbox_and_harvester_print_no_secret(
     dsn = pg_url(postgres_dsn)
     outputs.run(tmp_path, {"outbox init": (["outbox", "init", "--dsn", dsn], 0)})
 
-    # The harvester, Kafka with SASL settings against a PLAINTEXT broker: it starts, leads, and
-    # cannot reach the broker; everything it logs at debug level is kept.
+    # The harvester, its producer with SASL settings against a PLAINTEXT broker: it starts (the
+    # start-up check asks the cluster with baseKafkaConfig), leads, and its producer cannot reach
+    # the broker; everything it logs at debug level is kept.
+    sasl = {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "sluice",
+        "sasl.password": SECRET,
+    }
     harvest = {
         "name": "secrets",
-        "baseKafkaConfig": {
-            "bootstrap.servers": kafka.bootstrap,
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "PLAIN",
-            "sasl.username": "sluice",
-            "sasl.password": SECRET,
-        },
+        "baseKafkaConfig": {"bootstrap.servers": kafka.bootstrap},
+        "producerKafkaConfig": sasl,
         "dataSource": dsn,
         "election": {"kind": "database"},
+        "startupTimeout": "2s",  # the unreachable ones below: one line after 2 s
     }
     config = tmp_path / "reaper.yaml"
     config.write_text(yaml.safe_dump({"harvest": harvest, "logging": {"level": "Debug"}}))
-    # Set-up errors: the database where nothing listens or refusing the password; RabbitMQ refusing
-    # it; Redis where nothing listens.
+    # Set-up errors: the database where nothing listens or refusing the password; Kafka and
+    # RabbitMQ refusing it; Redis where nothing listens.
     wrong = {
+        "kafka refused": dict(harvest, baseKafkaConfig={"bootstrap.servers": kafka.bootstrap, **sasl}),
         "unreachable outbox": dict(harvest, dataSource=pg_url(postgres_dsn, port=free_port())),
         "mariadb refused": dict(harvest, dataSource=f"mysql://root:{SECRET}@127.0.0.1:3306/test"),
         "rabbitmq refused": dict(
@@ -338,7 +342,7 @@ def test_capture_start_up_errors_show_no_secret(postgres_dsn: str, tmp_path: Pat
     runs = {}
     for name, dsn in dsns.items():
         section = {"dsn": dsn, "tables": ["public.items"], "slot": "s", "publication": "p",
-                   "journal": {"path": str(tmp_path / "j")}}  # fmt: skip
+                   "journal": {"path": str(tmp_path / "j")}, "startupTimeout": "2s"}  # fmt: skip
         path = tmp_path / f"{name.replace(' ', '-')}.yaml"
         path.write_text(yaml.safe_dump({"capture": section}))
         runs[f"capture: {name}"] = (["capture", "-f", str(path)], 1)

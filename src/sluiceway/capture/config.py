@@ -25,7 +25,15 @@ from pydantic import Field, field_validator, model_validator
 
 from sluiceway.config.brokers import BrokerTarget
 from sluiceway.config.loader import load_file, validate
-from sluiceway.config.types import DataSourceString, Duration, KafkaSettings, StrictModel
+from sluiceway.config.types import (
+    DataSourceString,
+    Duration,
+    KafkaSettings,
+    SchemaName,
+    StartupTimeout,
+    StrictModel,
+)
+from sluiceway.election.lease import lease_table
 from sluiceway.harvest.config import GAPLESS_PRODUCER, Logging
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -72,6 +80,15 @@ class CaptureElection(StrictModel):
     #: The lease's name (database) or the group id (kafka). Default: ``capture.<slot>``.
     name: str | None = None
     lease_timeout: Duration = Field(5.0, alias="leaseTimeout", gt=0)
+    #: The schema the lease table lives in (kind database): one the role may create a table in,
+    #: or where one was made for it. Default: the role's search_path (usually ``public``).
+    lease_schema: SchemaName | None = Field(None, alias="schema")
+
+    @model_validator(mode="after")
+    def _schema_for_a_lease(self) -> CaptureElection:
+        if self.lease_schema is not None and self.kind != "database":
+            raise ValueError("schema is where the database lease lives: it needs kind 'database'")
+        return self
 
 
 class CaptureSection(StrictModel):
@@ -103,6 +120,9 @@ class CaptureSection(StrictModel):
     delivery_timeout: Duration = Field(60.0, alias="deliveryTimeout", gt=0)
     #: Backoff between attempts while the database or the destination is away.
     retry_backoff: Duration = Field(1.0, alias="retryBackoff", gt=0)
+    #: How long ``sluice capture`` waits at start for the database or the destination while
+    #: they are out of reach, before it gives up with one line: a duration, or ``forever``.
+    startup_timeout: StartupTimeout = Field(30.0, alias="startupTimeout")
     metrics_addr: str | None = Field(None, alias="metricsAddr")
 
     @field_validator("slot")
@@ -183,6 +203,11 @@ class CaptureSection(StrictModel):
     @property
     def election_name(self) -> str:
         return self.election.name or f"capture.{self.slot}"
+
+    @property
+    def lease_table(self) -> str:
+        """The lease table (database election), in ``election.schema`` when one is given."""
+        return lease_table(self.election.lease_schema)
 
     @property
     def state_path(self) -> str:

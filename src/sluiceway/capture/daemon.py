@@ -21,6 +21,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,11 +34,21 @@ from sluiceway.cdc.capture import Capture as SlotCapture
 from sluiceway.cdc.capture import CaptureOptions
 from sluiceway.cdc.errors import SlotInUseError, StreamInterrupted
 from sluiceway.cdc.pgoutput import format_lsn
-from sluiceway.cdc.postgres import CdcSession
+from sluiceway.cdc.postgres import CdcSession, TableSpec
 from sluiceway.db.dsn import parse_dsn
+from sluiceway.db.failures import server_of, wait_for_start
 from sluiceway.election.elected import Elected
+from sluiceway.election.lease import DatabaseLease
 from sluiceway.election.protocol import ElectionListener, LeaderElection
-from sluiceway.errors import DatabaseError, DatabaseUnavailableError, LeadershipError, PublishError
+from sluiceway.errors import (
+    Cause,
+    DatabaseError,
+    DatabaseUnavailableError,
+    LeadershipError,
+    Permanent,
+    PublishError,
+    StartupRefused,
+)
 from sluiceway.harvest.ports import Publisher
 from sluiceway.journal import JournalError
 
@@ -94,20 +105,60 @@ class Capture(Elected):
 
     # -- public API ----------------------------------------------------------------------------
     def check(self) -> None:
-        """What the capture needs, before it campaigns: the server's settings and the role's
-        privileges, the tables, and the destination (a NATS, RabbitMQ or Redis connection and its
-        stream or exchange). Raises a :class:`~sluiceway.errors.SluicewayError` naming the problem."""
-        session = CdcSession(self.options.dsn)
-        try:
-            session.check_server()
-            session.resolve_tables(self.options.tables)
-        finally:
-            session.close()
-        target = self.config.capture.target
-        if target is not None:
+        """What the capture needs, before it campaigns, creating nothing until nothing else can
+        refuse: the server's settings and the role's (``REPLICATION``), the tables and the right
+        to read them, the publication (there and covering the tables, or the right to create or
+        extend it), the destination (a NATS, RabbitMQ or Redis connection and its stream or
+        exchange, a Kafka cluster, a journal's directory) and last, for a database election, the
+        lease table (created if missing, as the campaign would).
+
+        A database or broker out of reach is waited for up to ``startupTimeout`` (``forever``:
+        for ever); a refusal is raised at once. Raises a
+        :class:`~sluiceway.errors.SluicewayError` (one line naming the fix)."""
+        c = self.config.capture
+        timeout = c.startup_timeout
+        server = server_of(parse_dsn(c.dsn))
+        wait_for_start(self._check_database, what=server, timeout=timeout, credentials="dsn")
+        if c.target is not None:
             from sluiceway.brokers import check_broker
 
-            check_broker(target)
+            target = c.target
+            wait_for_start(
+                lambda _seconds: check_broker(target),
+                what=target.describe(),
+                timeout=timeout,
+                credentials="target",
+            )
+        if c.kafka is not None:
+            from sluiceway.harvest.kafka import check_kafka
+
+            kafka = dict(c.kafka)
+            wait_for_start(
+                lambda seconds: check_kafka(kafka, seconds),
+                what=f"Kafka at {kafka.get('bootstrap.servers')}",
+                timeout=timeout,
+                credentials="kafka",
+            )
+        from sluiceway.harvest.journal_target import check_journal_path
+
+        for journal in (c.journal, c.dead_letter.journal if c.dead_letter else None):
+            if journal is not None:
+                wait_for_start(
+                    partial(_ignoring_seconds, check_journal_path, journal.path),
+                    what=f"journal {journal.path}",
+                    timeout=timeout,
+                )
+        if isinstance(self.election, DatabaseLease):
+            wait_for_start(self.election.check, what=server, timeout=timeout, credentials="dsn")
+
+    def _check_database(self, seconds: float) -> None:
+        session = CdcSession(self.options.dsn, connect_timeout=seconds)
+        try:
+            user = session.check_server()
+            tables = session.resolve_tables(self.options.tables)
+            _check_publication(session, self.options.publication, tables, user)
+        finally:
+            session.close()
 
     @property
     def position(self) -> int:
@@ -258,9 +309,7 @@ class Capture(Elected):
                 c.election_name,
                 heartbeat_timeout=c.election.lease_timeout,
             )
-        from sluiceway.election.lease import DatabaseLease
-
-        return DatabaseLease(c.dsn, c.election_name, ttl=c.election.lease_timeout)
+        return DatabaseLease(c.dsn, c.election_name, ttl=c.election.lease_timeout, table=c.lease_table)
 
     def _default_publisher_factory(self) -> Callable[[int], Publisher]:
         c = self.config.capture
@@ -300,6 +349,59 @@ class Capture(Elected):
             return publisher
 
         return open_kafka
+
+
+def _ignoring_seconds(check: Callable[[str], None], path: str, _seconds: float) -> None:
+    check(path)
+
+
+def _check_publication(session: CdcSession, name: str, tables: list[TableSpec], user: str) -> None:
+    """The publication is there and publishes every insert, update and delete of the tables — or
+    this role may create it (CREATE on the database, owner of every table) or add the tables it
+    lacks (owner of it and of them), as the capture's first term would. Reads only."""
+    listed = ", ".join(t.sql_name for t in tables)
+    row = session.one("publication", {"name": name})
+    if row is None:
+        not_owned = [str(r[0]) for r in session.rows("not_owned", {"oids": [t.oid for t in tables]})]
+        may_create = session.one("may_create_publication")
+        if not_owned or not (may_create and may_create[0]):
+            why = f"it does not own {', '.join(not_owned)}" if not_owned else "no CREATE on the database"
+            raise StartupRefused(
+                Permanent(
+                    Cause.PRIVILEGE,
+                    f"publication {name} does not exist, and the role {user!r} may not create it ({why})",
+                    f"as the tables' owner, run: CREATE PUBLICATION {name} FOR TABLE {listed} "
+                    "WITH (publish_via_partition_root = true)",
+                )
+            )
+        return
+    publishes_insert, publishes_update, publishes_delete, _truncate, all_tables = row
+    if not (publishes_insert and publishes_update and publishes_delete):
+        raise StartupRefused(
+            Permanent(
+                Cause.CONFIGURATION,
+                f"publication {name} does not publish every insert, update and delete",
+                f"ALTER PUBLICATION {name} SET (publish = 'insert, update, delete, truncate')",
+            )
+        )
+    if all_tables:
+        return
+    present = {str(r[0]) for r in session.rows("publication_tables", {"name": name})}
+    lacking = [t for t in tables if t.namespace not in present]
+    if not lacking:
+        return
+    owned = session.one("publication_owned", {"name": name})
+    others = session.rows("not_owned", {"oids": [t.oid for t in lacking]})
+    if not (owned and owned[0]) or others:
+        add = ", ".join(t.sql_name for t in lacking)
+        raise StartupRefused(
+            Permanent(
+                Cause.PRIVILEGE,
+                f"publication {name} lacks {add}, and the role {user!r} may not "
+                "add them (it must own the publication and the tables)",
+                f"as their owner, run: ALTER PUBLICATION {name} ADD TABLE {add}",
+            )
+        )
 
 
 def _msg_id_prefix(dsn: str, slot: str) -> str:

@@ -17,8 +17,9 @@ from rich.text import Text
 
 from sluiceway.cli.common import METRICS_ADDR_HELP, console, fail, friendly_errors, setup_logging, styled
 from sluiceway.clock import duration_seconds
+from sluiceway.config.types import parse_startup_timeout
 from sluiceway.db import Database
-from sluiceway.errors import DatabaseError
+from sluiceway.errors import ConfigError, DatabaseError, SluicewayError
 from sluiceway.feed import Feed, FeedStatus, FeedWorker, RateLimit, ScheduledWork, Status
 from sluiceway.heap import tune_collector
 
@@ -276,8 +277,20 @@ def worker(
     log_level: Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
     log_format: Annotated[str, typer.Option("--log-format", help="text or json.")] = "text",
     metrics_addr: Annotated[str | None, typer.Option("--metrics-addr", help=METRICS_ADDR_HELP)] = None,
+    startup_timeout: Annotated[
+        str,
+        typer.Option(
+            "--startup-timeout",
+            help="How long to wait at start for a database out of reach: seconds, a duration (2m), "
+            "or forever.",
+        ),
+    ] = "30s",
 ) -> None:
     """Run a worker: lease partitions, process their items gate by gate, balance with other workers.
+
+    Checks first that it can reach the database and create, read and write the feed's tables: a
+    refusal (no such database, wrong password, a missing privilege) is one line naming the fix and
+    exit 1; a database out of reach is waited for up to --startup-timeout, then one line and exit 1.
 
     SIGTERM/SIGINT stop it cleanly: items in flight finish, outcomes are written, leases released.
 
@@ -291,6 +304,10 @@ def worker(
     """
     if http_encoding not in ("base64", "text"):
         raise fail(f"--http-encoding must be base64 or text, not {http_encoding!r}")
+    try:
+        wait_at_start = parse_startup_timeout(startup_timeout)
+    except ConfigError as exc:
+        raise fail(f"--startup-timeout: {exc.problem}") from None
     setup_logging(log_level.upper(), log_format)
     w = FeedWorker(
         dsn,
@@ -307,6 +324,12 @@ def worker(
         http_timeout=http_timeout,
         http_encoding="text" if http_encoding == "text" else "base64",
     )
+    try:
+        # Before any work: a refusal is said once with its fix, not retried by a worker for ever.
+        w.check(wait_at_start, setting="--startup-timeout", credentials="--dsn")
+    except SluicewayError as exc:
+        w.close()
+        raise fail(f"cannot start: {' '.join(str(exc).split())}") from None
 
     def on_signal(signum: int, frame: object) -> None:
         w.request_stop()

@@ -56,8 +56,11 @@ def reap(
 ) -> None:
     """Harvest an outbox while this process is the elected leader, until SIGTERM/SIGINT.
 
-    Checks first that the outbox database is reachable and has the outbox table, and that a NATS,
-    RabbitMQ or Redis target accepts the connection and has its stream or exchange (exit 1 if not).
+    Checks first what it needs: the destination (a NATS, RabbitMQ or Redis target's credentials and
+    stream or exchange, a Kafka cluster, a journal's directory), the outbox table and the right to
+    update and delete its rows, and the lease table. A refusal is one line naming the fix and exit
+    1; a database or broker out of reach is waited for up to startupTimeout (30 s; forever waits
+    for ever).
 
     Example: sluice reap -f reaper.yaml --metrics-addr 127.0.0.1:9464
     """
@@ -72,12 +75,10 @@ def reap(
     setup_logging(config.logging.python_level, log_format)
     harvest = Harvest(config)
     try:
-        # Before campaigning: a missing table, an unreachable database or broker, a wrong password
-        # or a missing stream is a set-up error, said once, not a harvester that starts, takes
-        # leadership and then retries forever. The destination first: the source check logs the
-        # database it found, which only helps once the run can go on.
-        harvest.check_destination()
-        harvest.check_source()
+        # Before campaigning: a missing table or privilege, a wrong password or a missing stream
+        # is said once with its fix, not retried for ever by a harvester that starts and takes
+        # leadership; a database or broker out of reach is waited for up to startupTimeout.
+        harvest.check()
     except SluicewayError as exc:
         raise fail(f"cannot start: {' '.join(str(exc).split())}") from None
 

@@ -12,19 +12,38 @@ import uuid
 from typing import Any
 
 from sluiceway.clock import Clock
-from sluiceway.db import Database, QuerySet
+from sluiceway.db import Database, Dialect, QuerySet
+from sluiceway.db.failures import grantee, whoami
 from sluiceway.election.campaign import LeaseCampaign
 from sluiceway.election.protocol import ElectionListener, LeaseView
-from sluiceway.errors import DatabaseError
+from sluiceway.errors import Cause, DatabaseError, Permanent, StartupRefused
 
 DEFAULT_LEASE_TABLE = "sluiceway_leases"
 
 
+def lease_table(schema: str | None) -> str:
+    """The lease table's name in ``schema`` (``election.schema``; None: where the role's
+    unqualified tables go: PostgreSQL's search_path, MySQL's database).
+
+    >>> lease_table(None), lease_table("sluice")
+    ('sluiceway_leases', 'sluice.sluiceway_leases')
+    """
+    return DEFAULT_LEASE_TABLE if schema is None else f"{schema}.{DEFAULT_LEASE_TABLE}"
+
+
 def init_leases(db: Database, table: str = DEFAULT_LEASE_TABLE) -> QuerySet:
-    """Create the lease table if missing, and give one made by an older version ``acquired_at``."""
+    """Create the lease table if missing, and give one made by an older version ``acquired_at``.
+
+    Looked for first and created only when missing: PostgreSQL checks CREATE on the schema even
+    for a ``CREATE TABLE IF NOT EXISTS`` of a table that is there, so a role may use a lease table
+    made for it by someone else in a schema it may not create in.
+    """
     q = QuerySet("sluiceway.election", db.dialect, leases=table)
-    db.execute(q["create_table"], what="create lease table")
-    if "acquired_at" not in _columns(db, q, table):
+    columns = _columns(db, q, table)
+    if not columns:
+        db.execute(q["create_table"], what="create lease table")
+        columns = _columns(db, q, table)
+    if "acquired_at" not in columns:
         try:
             db.execute(q["add_acquired_at"], what="add acquired_at to the lease table")
         except DatabaseError:
@@ -38,6 +57,71 @@ def _columns(db: Database, q: QuerySet, table: str) -> set[str]:
     schema, _, bare = table.rpartition(".")
     rows = db.fetchall(q["columns"], {"table": bare, "schema": schema or None}, what="lease table columns")
     return {str(r[0]).lower() for r in rows}
+
+
+def check_leases(db: Database, table: str, name: str) -> None:
+    """The lease election's start-up check, run before it campaigns: the lease table (created if
+    missing, as the campaign's first step would), this election's row, and an update that
+    changes nothing — all as the role the campaign runs as.
+
+    A refusal is raised as :class:`~sluiceway.errors.StartupRefused` naming the role, the table
+    and the GRANT that mends it (or the schema to create); anything else is raised as it is, for
+    the caller to classify (a server out of reach is waited for).
+    """
+    user, current = whoami(db)
+    schema, _, bare = table.rpartition(".")
+    where = schema or current
+    try:
+        q = init_leases(db, table)
+    except DatabaseError as exc:
+        raise _refusal(exc, db.dialect, user, where, bare, creating=True) from exc
+    try:
+        db.execute(q["ensure_row"], {"name": name}, what="lease row")
+        # Matches no row (no holder is '' at epoch -1), but needs the UPDATE privilege renewals need.
+        db.execute(q["release"], {"name": name, "holder": "", "epoch": -1}, what="lease update")
+    except DatabaseError as exc:
+        raise _refusal(exc, db.dialect, user, where, bare, creating=False) from exc
+
+
+def _refusal(
+    exc: DatabaseError, dialect: Dialect, user: str | None, schema: str | None, bare: str, *, creating: bool
+) -> BaseException:
+    """``exc`` in the lease table's words when it is a refusal (a missing privilege or schema),
+    else ``exc`` itself."""
+    if dialect is Dialect.SQLITE:
+        return exc  # no roles or schemas: the file's permissions, said by the generic fix
+    mysql = dialect is Dialect.MYSQL
+    kind = "database" if mysql else "schema"
+    role = f"the {'user' if mysql else 'role'} {user!r}"
+    to = grantee(user, dialect)
+    qualified = f"{schema}.{bare}" if schema else bare
+    if exc.cause is Cause.PRIVILEGE and creating:
+        grant = f"GRANT CREATE ON {schema}.* TO {to}" if mysql else f"GRANT CREATE ON SCHEMA {schema} TO {to}"
+        return StartupRefused(
+            Permanent(
+                Cause.PRIVILEGE,
+                f"{role} may not create the lease table {bare} in {kind} {schema}: {exc.detail}",
+                f"{grant}, or set election.schema to a {kind} it may write",
+            )
+        )
+    if exc.cause is Cause.PRIVILEGE:
+        return StartupRefused(
+            Permanent(
+                Cause.PRIVILEGE,
+                f"{role} may not write the lease table {qualified}: {exc.detail}",
+                f"GRANT SELECT, INSERT, UPDATE ON {qualified} TO {to}",
+            )
+        )
+    if exc.cause is Cause.MISSING and exc.code in ("3F000", "1049"):
+        create = f"CREATE DATABASE {schema}" if mysql else f"CREATE SCHEMA {schema} AUTHORIZATION {to}"
+        return StartupRefused(
+            Permanent(
+                Cause.MISSING,
+                f"the {kind} {schema} for the lease table does not exist: {exc.detail}",
+                f"{create}, or set election.schema to one that exists",
+            )
+        )
+    return exc
 
 
 def inspect_lease(db: Database, name: str, table: str = DEFAULT_LEASE_TABLE) -> LeaseView | None:
@@ -180,6 +264,12 @@ class DatabaseLease:
             campaign.resign()
         finally:
             campaign.store.close()
+
+    def check(self, timeout: float = 10.0) -> None:
+        """The start-up check (before :meth:`start`): see :func:`check_leases`. ``timeout``
+        bounds the connection attempt."""
+        with Database(self.dsn, connect_timeout=timeout) as db:
+            check_leases(db, self.table, self.name)
 
     # -- inspection -------------------------------------------------------------------------
     @staticmethod

@@ -49,6 +49,7 @@ from dataclasses import replace
 
 from sluiceway.clock import Clock, SystemClock
 from sluiceway.db import Database, DataSource, Dialect, parse_dsn
+from sluiceway.db.failures import DEFAULT_STARTUP_TIMEOUT, server_of, wait_for_start
 from sluiceway.errors import DatabaseError, DatabaseRefusedError, LockTimeoutError
 from sluiceway.feed.balance import choose, plan, victim
 from sluiceway.feed.core import (
@@ -256,6 +257,35 @@ class FeedWorker:
         except BaseException as exc:  # surfaced by stop()
             self._error = exc
             log.exception("feed worker %s stopped on an error", self.owner)
+
+    def check(
+        self,
+        timeout: float = DEFAULT_STARTUP_TIMEOUT,
+        *,
+        setting: str = "startup_timeout",
+        credentials: str = "dsn",
+    ) -> None:
+        """The start-up check, before :meth:`run` or :meth:`start` (``sluice feed worker`` runs
+        it): reach the database, create or upgrade the feed's tables (``migrate``), and read and
+        renew as the worker will (a renewal of nothing: this worker holds no lease yet).
+
+        A database out of reach is waited for up to ``timeout`` seconds (``math.inf``: for ever),
+        then :class:`~sluiceway.errors.StartupUnreachable` names it and ``setting``; a refusal (no
+        such database, wrong password, a missing privilege) raises
+        :class:`~sluiceway.errors.StartupRefused` at once, its fix naming ``credentials``.
+        """
+
+        def attempt(seconds: float) -> None:
+            with Database(self.source, connect_timeout=seconds) as db:
+                store = FeedStore(db, self.prefix)
+                if self.migrate:
+                    store.migrate()
+                store.census()
+                store.renew(self.owner, self.lease)
+
+        wait_for_start(
+            attempt, what=server_of(self.source), timeout=timeout, setting=setting, credentials=credentials
+        )
 
     def request_stop(self) -> None:
         """Ask the loop to stop without waiting (safe from a signal handler); see :meth:`stop`."""

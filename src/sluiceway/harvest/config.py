@@ -13,8 +13,16 @@ from pydantic import Field, field_validator, model_validator
 
 from sluiceway.config.brokers import BrokerTarget
 from sluiceway.config.loader import load_file, validate
-from sluiceway.config.types import Duration, KafkaSettings, StrictModel, TableName
+from sluiceway.config.types import (
+    Duration,
+    KafkaSettings,
+    SchemaName,
+    StartupTimeout,
+    StrictModel,
+    TableName,
+)
 from sluiceway.db.dsn import Dialect, parse_dsn
+from sluiceway.election.lease import lease_table
 from sluiceway.errors import ConfigError
 
 
@@ -103,6 +111,10 @@ class Election(StrictModel):
     #: Name of the election (database lease row). Defaults to the leader group id.
     name: str | None = None
     lease_timeout: Duration | None = Field(None, alias="leaseTimeout")
+    #: Where the lease table lives (database election): a PostgreSQL schema or a MySQL/MariaDB
+    #: database the role may create a table in (or where one was made for it). Default: where
+    #: the role's unqualified tables go (the search_path; the DSN's database).
+    lease_schema: SchemaName | None = Field(None, alias="schema")
 
 
 class DeadLetter(StrictModel):
@@ -154,6 +166,9 @@ class Harvest(StrictModel):
     election: Election = Field(default_factory=Election)
     dead_letter: DeadLetter = Field(default_factory=DeadLetter, alias="deadLetter")
     metrics_addr: str | None = Field(None, alias="metricsAddr")
+    #: How long ``sluice reap`` waits at start for the database or the destination while they
+    #: are out of reach, before it gives up with one line: a duration, or ``forever``.
+    startup_timeout: StartupTimeout = Field(30.0, alias="startupTimeout")
     #: ``sluice-id`` and ``sluice-leader`` headers on every record. Default: on, except for a
     #: goharvest file loaded unchanged (only goharvest's keys), which publishes exactly what
     #: goharvest would.
@@ -183,6 +198,13 @@ class Harvest(StrictModel):
             )
         if self.election_kind == "kafka" and not self.kafka_config.get("bootstrap.servers"):
             raise ValueError("election.kind is 'kafka' but baseKafkaConfig has no bootstrap.servers")
+        if self.election.lease_schema is not None:
+            if self.election_kind != "database":
+                raise ValueError(
+                    "election.schema is where the database lease lives: it needs election.kind 'database'"
+                )
+            if self.dialect is Dialect.SQLITE:
+                raise ValueError("election.schema: SQLite has no schemas; leave it out")
         if (self.limits.per_key_in_flight or 1) > 1:
             self._check_pipelining()
         return self
@@ -246,7 +268,7 @@ class Harvest(StrictModel):
         decide, so a configuration dumped and loaded again gives the same answer."""
         fields = type(self).model_fields
         for name, info in fields.items():
-            if name in GOHARVEST_KEYS or name in ("metrics_addr", "sequence_headers_"):
+            if name in GOHARVEST_KEYS or name in ("metrics_addr", "startup_timeout", "sequence_headers_"):
                 continue
             if getattr(self, name) != info.get_default(call_default_factory=True):
                 return True
@@ -269,6 +291,11 @@ class Harvest(StrictModel):
     @property
     def election_name(self) -> str:
         return self.election.name or self.group_id
+
+    @property
+    def lease_table(self) -> str:
+        """The lease table (database election), in ``election.schema`` when one is given."""
+        return lease_table(self.election.lease_schema)
 
     @property
     def destination(self) -> str:

@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sluiceway.db import Database, dsn_warnings
+from sluiceway.db import Database, Dialect, dsn_warnings, parse_dsn
+from sluiceway.db.failures import grantee, server_of, wait_for_start, whoami
 from sluiceway.election.elected import Elected
+from sluiceway.election.lease import DatabaseLease
 from sluiceway.election.protocol import ElectionListener, LeaderElection
-from sluiceway.errors import PublisherFailedError, SluicewayError
+from sluiceway.errors import (
+    Cause,
+    DatabaseError,
+    Permanent,
+    PublisherFailedError,
+    SluicewayError,
+    StartupRefused,
+)
 from sluiceway.harvest.config import HarvestConfig
 from sluiceway.harvest.engine import Engine, EngineLimits
 from sluiceway.harvest.events import Event, LeaderAcquired, LeaderFenced, LeaderRevoked
 from sluiceway.harvest.ports import OutboxStore, Publisher
-from sluiceway.outbox.table import OutboxLocation, locate_outbox
+from sluiceway.outbox.table import OutboxLayout, OutboxLocation, locate_outbox, queries
 
 if TYPE_CHECKING:
     from sluiceway.harvest.kafka import ClientLog
@@ -112,6 +122,59 @@ class Harvest(Elected):
         self.name = h.name
 
     # -- public API ----------------------------------------------------------------------------
+    def check(self) -> None:
+        """The start-up check, run before :meth:`start` (``sluice reap`` does): what the harvester
+        needs — the outbox (its database, its table, the right to read, update and delete its
+        rows), the destination (a NATS, RabbitMQ or Redis target's connection, credentials and
+        stream or exchange; a Kafka cluster's metadata, also for a Kafka election; a journal's
+        directory) and last, for a database election, the lease table (created if missing, as
+        the campaign would: nothing else can refuse by then).
+
+        A database or broker out of reach is waited for, up to ``startupTimeout`` (30 s;
+        ``forever`` waits for ever); a permanent failure (a missing privilege, table or stream,
+        wrong credentials) is raised at once. Raises :class:`~sluiceway.errors.StartupError` or
+        :class:`~sluiceway.errors.ConfigError`, each one line that names the fix.
+        """
+        h = self.config.harvest
+        timeout = h.startup_timeout
+        source = server_of(parse_dsn(h.data_source))
+        location = wait_for_start(self._check_outbox, what=source, timeout=timeout, credentials="dataSource")
+        if h.target is not None:
+            target = h.target
+            wait_for_start(
+                lambda _seconds: self.check_destination(),
+                what=target.describe(),
+                timeout=timeout,
+                credentials="harvest.target",
+            )
+        if h.destination == "kafka" or h.election_kind == "kafka":
+            from sluiceway.harvest.kafka import check_kafka
+
+            kafka = h.kafka_config
+            wait_for_start(
+                lambda seconds: check_kafka(kafka, seconds),
+                what=f"Kafka at {kafka.get('bootstrap.servers')}",
+                timeout=timeout,
+                credentials="baseKafkaConfig",
+            )
+        if h.journal is not None:
+            from sluiceway.harvest.journal_target import check_journal_path
+
+            path = h.journal.path
+            wait_for_start(lambda _seconds: check_journal_path(path), what=f"journal {path}", timeout=timeout)
+        if isinstance(self.election, DatabaseLease):
+            wait_for_start(self.election.check, what=source, timeout=timeout, credentials="dataSource")
+        # Said once every check has passed: the database found helps only once the run can go on.
+        self._source = location
+        log.info("outbox %s found in %s database %r", h.outbox_table, h.dialect.value, location.database)
+
+    def _check_outbox(self, seconds: float) -> OutboxLocation:
+        h = self.config.harvest
+        with Database(h.data_source, connect_timeout=seconds) as db:
+            location = locate_outbox(db, h.outbox_table)
+            _check_outbox_rights(db, location.layout)
+        return location
+
     def set_event_handler(self, handler: EventHandler | None) -> None:
         """Receive events (LeaderAcquired, LeaderRefreshed, LeaderRevoked, LeaderFenced, MeterRead,
         RecordDeadLettered). Called from harvester threads: return quickly."""
@@ -283,10 +346,8 @@ class Harvest(Elected):
                 min_poll_interval=lim.min_poll_interval,
                 poll_duration=lim.poll_duration,
             )
-        from sluiceway.election.lease import DatabaseLease
-
         ttl = h.election.lease_timeout or lim.heartbeat_timeout
-        return DatabaseLease(h.data_source, h.election_name, ttl=ttl)
+        return DatabaseLease(h.data_source, h.election_name, ttl=ttl, table=h.lease_table)
 
     _spares: Any = None
     _client_log: ClientLog | None = None
@@ -306,6 +367,32 @@ class Harvest(Elected):
             self._metrics.close()
         if self._client_log is not None:
             self._client_log.flush()
+
+
+def _check_outbox_rights(db: Database, layout: OutboxLayout) -> None:
+    """What the harvester does to outbox rows, done to none: read them (``stats``), reset one
+    (``UPDATE``) and purge one (``DELETE``) that no row matches. A refusal names the GRANT."""
+    q = queries(db.dialect, layout)
+    steps = (
+        ("read", "stats", None),
+        ("update", "reset", {"id": -1, "leader_id": str(uuid.UUID(int=0))}),
+        ("delete from", "purge_one", {"id": -1}),
+    )
+    for verb, name, params in steps:
+        try:
+            db.execute(q[name], params, what=f"outbox check: {name}")
+        except DatabaseError as exc:
+            if exc.cause is not Cause.PRIVILEGE or db.dialect is Dialect.SQLITE:
+                raise  # SQLite's read-only file: said by the generic fix
+            user, _ = whoami(db)
+            who = "user" if db.dialect is Dialect.MYSQL else "role"
+            raise StartupRefused(
+                Permanent(
+                    Cause.PRIVILEGE,
+                    f"the {who} {user!r} may not {verb} the outbox table {layout.table}: {exc.detail}",
+                    f"GRANT SELECT, UPDATE, DELETE ON {layout.table} TO {grantee(user, db.dialect)}",
+                )
+            ) from exc
 
 
 class _Listener:

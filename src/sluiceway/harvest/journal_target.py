@@ -13,11 +13,14 @@ a later record of its key. Records marked under a later leader id (the re-send) 
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import queue
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from sluiceway.errors import LeadershipError
 from sluiceway.harvest.ports import ColumnsDone, Delivery
@@ -217,3 +220,17 @@ class JournalPublisher:
         self._queue.put(None)
         self._thread.join(timeout=10)
         self.journal.close()
+
+
+def check_journal_path(path: str) -> None:
+    """The start-up check of a journal destination, creating nothing: ``path`` is a directory
+    this user may write, or one it may create (its nearest existing parent is a writable
+    directory). Raises ``NotADirectoryError`` or ``PermissionError``: permanent, both (see
+    :func:`sluiceway.db.classify`)."""
+    probe = Path(path).absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, f"{os.strerror(errno.ENOTDIR)} (journal {path})", str(probe))
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, f"{os.strerror(errno.EACCES)} (journal {path})", str(probe))

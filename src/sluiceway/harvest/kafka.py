@@ -16,7 +16,8 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from sluiceway.errors import InvalidRecordError, PublishError
+from sluiceway.db.failures import classify
+from sluiceway.errors import InvalidRecordError, Permanent, PublishError
 from sluiceway.harvest.ports import ColumnsDone, Delivery
 from sluiceway.outbox.record import MarkedRecord, RecordColumns, validate_topic
 
@@ -374,3 +375,54 @@ class SparePublishers:
             self._thread.join(15)
         if spare is not None:
             spare.close()
+
+
+#: librdkafka settings an admin client refuses or warns about (a producer's, a consumer's).
+_NOT_FOR_ADMIN = ("group.", "enable.idempotence", "enable.gapless", "linger.ms", "message.", "acks",
+                  "compression.", "batch.", "queue.buffering", "delivery.", "partitioner",
+                  "enable.auto", "auto.offset", "session.timeout", "heartbeat.")  # fmt: skip
+
+
+class _Quiet:
+    """A librdkafka ``logger`` for a start-up check: its lines go to DEBUG (the check's own
+    one-line error says what matters; librdkafka writes to stderr itself otherwise)."""
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        log.debug("librdkafka: %s", msg % args if args else msg)
+
+
+def check_kafka(config: dict[str, Any], timeout: float) -> None:
+    """The start-up check of a Kafka cluster: a metadata request (``list_topics``) answered within
+    ``timeout`` seconds, with ``config``'s connection and security settings (the harvester's
+    ``baseKafkaConfig``, the capture's ``kafka``). A producer only retries, for ever, so this is
+    the one way to learn at start that the cluster cannot be reached, or refuses us.
+
+    Raises librdkafka's ``KafkaException`` for :func:`sluiceway.db.classify` to read: an error it
+    reported on the way when there was one — an authentication failure (permanent, raised as soon
+    as it is reported) rather than the timeout it leads to, or the broker's own words ("Connect to
+    ipv4#127.0.0.1:19092 failed: Connection refused") rather than "Local: Broker transport failure".
+    """
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient
+
+    reported: list[KafkaError] = []
+    settings = {k: v for k, v in config.items() if not str(k).startswith(_NOT_FOR_ADMIN)}
+    admin_config: dict[str, Any] = {**settings, "error_cb": reported.append, "logger": _Quiet()}
+    admin = AdminClient(admin_config)
+    deadline = time.monotonic() + timeout
+    while True:
+        # Asked a second at a time: librdkafka reports a refusal at once but answers the request
+        # only when it times out.
+        step = max(0.1, min(1.0, deadline - time.monotonic()))
+        try:
+            admin.list_topics(timeout=step)
+            return
+        except KafkaException as exc:
+            admin.poll(0)  # serves the error callbacks of the attempt
+            said = [KafkaException(error) for error in reported]
+            refusal = next((e for e in said if isinstance(classify(e), Permanent)), None)
+            if refusal is not None:
+                raise refusal from None
+            if time.monotonic() >= deadline:
+                transport = [e for e in said if e.args[0].code() == KafkaError._TRANSPORT]
+                raise (transport[-1] if transport else exc) from None

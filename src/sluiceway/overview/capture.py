@@ -60,7 +60,7 @@ def capture_status(config: CaptureConfig) -> dict[str, Any]:
     leader = None
     if c.election.kind == "database":  # NELI (kafka) has no row to read
         with Database(c.dsn, read_only=True) as db:
-            leader = leader_of(db, c.election_name)
+            leader = leader_of(db, c.election_name, c.lease_table)  # election.schema
     published = PositionFile(Path(c.state_path) / "published.lsn").read()
     refusals = RefusalLog(c.state_path).read()
     return {

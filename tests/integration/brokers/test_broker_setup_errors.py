@@ -1,10 +1,11 @@
 """Broker set-up mistakes stop `sluice reap` at once, with one line; trouble after a good start is
 retried with backoff and a rate-limited warning.
 
-* start-up: a NATS, RabbitMQ or Redis server that is not there, a JetStream stream that is
-  missing, a wrong RabbitMQ password, a missing exchange, an unknown target type or key — each
-  is exit 1 and one line on stderr naming the broker, the server and what is wrong; the
-  harvester never campaigns and the outbox rows stay as they were (unmarked);
+* start-up: a NATS, RabbitMQ or Redis server that is not there (once ``startupTimeout`` has
+  passed), a JetStream stream that is missing, a wrong RabbitMQ password, a missing exchange, an
+  unknown target type or key — each is exit 1 and one line on stderr naming the broker, the
+  server and what is wrong; the harvester never campaigns and the outbox rows stay as they were
+  (unmarked);
 * run time: NATS cut away after a good start — the deliveries in flight fail after
   ``deliveryTimeout`` and their rows are reset (not a silent stall), the retries warn once per
   interval, and everything is published once the broker is back.
@@ -79,14 +80,21 @@ def reap(tmp_path: Path, target: dict[str, Any]) -> tuple[subprocess.CompletedPr
     config = tmp_path / "reaper.yaml"
     config.write_text(
         yaml.safe_dump(
-            {"harvest": {"name": "setup-errors", "dataSource": sqlite_outbox(db), "target": target}}
+            {
+                "harvest": {
+                    "name": "setup-errors",
+                    "dataSource": sqlite_outbox(db),
+                    "target": target,
+                    "startupTimeout": "1s",  # a broker out of reach is waited for this long
+                }
+            }
         )
     )
     result = subprocess.run(
         [sys.executable, "-m", "sluiceway.cli.main", "reap", "-f", str(config)],
         capture_output=True,
         text=True,
-        timeout=30,  # the start-up check is bounded by connectTimeout (5 s): far less than this
+        timeout=30,  # the start-up check is bounded by startupTimeout plus a connectTimeout (5 s)
         cwd=tmp_path,
     )
     return result, db

@@ -1,6 +1,7 @@
 """``sluice capture`` refuses what it cannot run with one line and exit 1, before it campaigns:
-a server without logical decoding, a configuration key it does not know, an unreachable broker,
-a topic template that names what a change does not have."""
+a server without logical decoding, a configuration key it does not know, a database or broker
+still out of reach after ``startupTimeout``, a topic template that names what a change does not
+have."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def one_line(result: subprocess.CompletedProcess[str]) -> str:
 
 def base(dsn: str = "postgresql://postgres@127.0.0.1:1/none", **more: Any) -> dict[str, Any]:
     return {"dsn": dsn, "tables": ["public.items"], "slot": "s", "publication": "p",
-            "journal": {"path": "./j"}, **more}  # fmt: skip
+            "journal": {"path": "./j"}, "startupTimeout": "1s", **more}  # fmt: skip
 
 
 def test_a_server_without_logical_decoding_is_one_line(postgres_dsn: str, tmp_path: Path) -> None:
@@ -55,7 +56,8 @@ def test_two_destinations_or_none_are_refused(tmp_path: Path) -> None:
 
 def test_an_unreachable_database_is_one_line(tmp_path: Path) -> None:
     line = one_line(run(tmp_path, base()))
-    assert line.startswith("error: cannot start:") and "127.0.0.1" in line
+    assert line.startswith("error: cannot start: PostgreSQL at 127.0.0.1:1 unreachable for 1 s ("), line
+    assert line.endswith("; set startupTimeout to wait longer"), line
 
 
 def test_an_unreachable_broker_is_one_line(cdc_dsn: str, tmp_path: Path) -> None:
@@ -68,4 +70,6 @@ def test_an_unreachable_broker_is_one_line(cdc_dsn: str, tmp_path: Path) -> None
     section["target"] = {"type": "nats", "servers": ["nats://127.0.0.1:1"], "stream": "S",
                          "connectTimeout": "500ms"}  # fmt: skip
     line = one_line(run(tmp_path, section))
-    assert line.startswith("error: cannot start:") and "nats" in line
+    assert line.startswith("error: cannot start: nats nats://127.0.0.1:1 stream S unreachable for 1 s ("), (
+        line
+    )

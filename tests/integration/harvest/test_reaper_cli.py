@@ -115,12 +115,17 @@ def reap(config: Path, *, timeout: float = 60) -> subprocess.CompletedProcess[st
     )
 
 
-def reaper_yaml(path: Path, data_source: str, *, table: str = "outbox", level: str = "Info") -> Path:
+def reaper_yaml(
+    path: Path, data_source: str, *, table: str = "outbox", level: str = "Info", bootstrap: str = ""
+) -> Path:
     harvest = {
-        "baseKafkaConfig": {"bootstrap.servers": f"127.0.0.1:{free_port()}"},  # nothing listens there
+        # By default nothing listens there: the outbox is checked first, so its problems are said
+        # at once; past them, the start-up check waits startupTimeout for Kafka.
+        "baseKafkaConfig": {"bootstrap.servers": bootstrap or f"127.0.0.1:{free_port()}"},
         "dataSource": data_source,
         "outboxTable": table,
         "election": {"kind": "database"},
+        "startupTimeout": "2s",
     }
     path.write_text(yaml.safe_dump({"harvest": harvest, "logging": {"level": level}}))
     return path
@@ -131,12 +136,16 @@ def stderr_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
 
 
 def test_an_unreachable_outbox_database_stops_start_up_with_one_line(tmp_path: Path) -> None:
-    dsn = f"host=127.0.0.1 port={free_port()} user=postgres dbname=app connect_timeout=2"
+    port = free_port()
+    dsn = f"host=127.0.0.1 port={port} user=postgres dbname=app connect_timeout=2"
     result = reap(reaper_yaml(tmp_path / "reaper.yaml", dsn))
     assert result.returncode == 1
     (line,) = stderr_lines(result)
-    assert line.startswith("error: cannot start: cannot connect to host=127.0.0.1"), line
-    assert "Connection refused" in line
+    assert line.startswith(
+        f"error: cannot start: PostgreSQL at 127.0.0.1:{port} unreachable for 2 s "
+        "(cannot connect to host=127.0.0.1"
+    ), line
+    assert "Connection refused" in line and line.endswith("; set startupTimeout to wait longer"), line
 
 
 def test_a_missing_outbox_table_stops_start_up_with_one_line_naming_the_database(tmp_path: Path) -> None:
@@ -189,15 +198,27 @@ def test_goharvests_dsn_trap_is_named_and_so_is_the_database_it_reached(
 def test_an_unreachable_broker_is_a_warning_every_ten_seconds_not_a_flood(
     postgres_dsn: str, table: str, tmp_path: Path
 ) -> None:
-    config = reaper_yaml(tmp_path / "reaper.yaml", goharvest_style(postgres_dsn, "password=''"), table=table)
-    log = tmp_path / "reaper.log"
-    started = time.monotonic()
-    with reaper_process([sys.executable, "-m", "sluiceway.cli.main", "reap", "-f", str(config)], log) as proc:
-        # Leading, with a publisher whose broker connections are refused every ~50 ms.
-        wait_until(lambda: "leading: marking" in log.read_text(), timeout=60, message="leadership")
-        time.sleep(3)  # watch a few seconds of refused connections (nothing to wait for here)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
+    # A broker of its own, there for the start-up check and gone once the harvester leads.
+    broker = Broker(log_path=str(tmp_path / "tansu.log")).start()
+    try:
+        config = reaper_yaml(
+            tmp_path / "reaper.yaml",
+            goharvest_style(postgres_dsn, "password=''"),
+            table=table,
+            bootstrap=broker.bootstrap,
+        )
+        log = tmp_path / "reaper.log"
+        started = time.monotonic()
+        args = [sys.executable, "-m", "sluiceway.cli.main", "reap", "-f", str(config)]
+        with reaper_process(args, log) as proc:
+            wait_until(lambda: "leading: marking" in log.read_text(), timeout=60, message="leadership")
+            broker.stop()
+            # Leading, with a publisher whose broker connections are refused every ~50 ms.
+            time.sleep(3)  # watch a few seconds of refused connections (nothing to wait for here)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0
+    finally:
+        broker.stop()
     ran_for = time.monotonic() - started
     lines = log.read_text().splitlines()
     dbname = conninfo_to_dict(postgres_dsn)["dbname"]

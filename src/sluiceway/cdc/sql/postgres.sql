@@ -113,3 +113,21 @@ FROM pg_class WHERE oid = %(oid)s::oid;
 -- Where the server listens on this host (its first Unix socket directory, and its port): the
 -- replication connection's DSN when the capture is told to use the socket.
 SELECT current_setting('unix_socket_directories'), current_setting('port')::int;
+
+-- name: publication_owned
+-- Whether this role may alter the publication: it owns it, or is a member of its owner (a
+-- superuser is a member of every role).
+SELECT pg_has_role(current_user, pubowner, 'USAGE') FROM pg_publication WHERE pubname = %(name)s;
+
+-- name: may_create_publication
+-- CREATE PUBLICATION needs CREATE on the database (and, FOR TABLE, ownership of each table:
+-- not_owned).
+SELECT has_database_privilege(current_database(), 'CREATE');
+
+-- name: not_owned
+-- Which of these tables this role does not own (nor is a member of the owner of): CREATE
+-- PUBLICATION … FOR TABLE and ALTER PUBLICATION … ADD TABLE need their owner.
+SELECT n.nspname || '.' || c.relname
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.oid = ANY(%(oids)s) AND NOT pg_has_role(current_user, c.relowner, 'USAGE')
+ORDER BY 1;
