@@ -37,8 +37,11 @@ def capture(
     """Stream a PostgreSQL replication slot to Kafka, NATS, RabbitMQ, Redis or a journal while
     this process is the elected leader, until SIGTERM/SIGINT.
 
-    Checks first that the server allows logical decoding, that the tables exist, and that a NATS,
-    RabbitMQ or Redis destination accepts the connection (exit 1 with one line if not). Each change
+    Checks first what it needs: the server allows logical decoding, the role may read the slots
+    and the tables, the publication covers them (or may be made), the destination accepts the
+    connection, the lease table may be made (election.schema). A refusal is one line naming the
+    fix and exit 1; a database or broker out of reach is waited for up to startupTimeout (30 s;
+    forever waits for ever), then one line and exit 1. Each change
     is published with its table's key, in commit order; the position confirmed to PostgreSQL is
     the end of the last transaction the destination acknowledged whole. A change the destination
     refuses for good stops it (exit 1; `sluice capture inspect` shows the change) unless the file
