@@ -155,6 +155,8 @@ def _classify_connect(exc: BaseException) -> tuple[type[DatabaseError], str | No
     import psycopg
 
     cls, code, cause = _classify(exc)
+    if isinstance(exc, psycopg.ProgrammingError):  # libpq refused the string itself (an unknown option)
+        return DatabaseRefusedError, code, Cause.CONFIGURATION
     if code is None and isinstance(exc, psycopg.OperationalError):
         text = str(exc)
         code = next((state for state, words in _PG_CONNECT_REFUSALS if words.search(text)), None)

@@ -164,6 +164,8 @@ def _database_fix(exc: DatabaseError, setting: str) -> str:
         if sqlite:
             return f"check the file's path{where}: its directory must exist and be writable by this user"
         return f"create the database, or correct its name{where}"
+    if exc.cause is Cause.CONFIGURATION:
+        return f"correct the data source{where}"
     if exc.cause is Cause.PRIVILEGE:
         if sqlite:
             return "let this user write the database file and its directory"

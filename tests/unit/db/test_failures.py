@@ -172,6 +172,10 @@ def test_a_refused_connection_start_up_is_classified_by_the_servers_words() -> N
         mapped = connect_error(psycopg.OperationalError(f"connection failed: {said}"), "cannot connect")
         verdict = classify(mapped)
         assert isinstance(verdict, Permanent) and verdict.cause is cause, said
+    unknown = connect_error(psycopg.ProgrammingError('invalid connection option "hostx"'), "cannot connect")
+    verdict = classify(unknown, setting="dataSource")
+    assert isinstance(verdict, Permanent) and verdict.cause is Cause.CONFIGURATION
+    assert verdict.fix == "correct the data source in dataSource"
     refused = connect_error(
         psycopg.OperationalError("connection failed: Connection refused"), "cannot connect"
     )
