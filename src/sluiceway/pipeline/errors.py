@@ -209,6 +209,12 @@ def explain(exc: BaseException, *, limit: int = 1000) -> str:
     return f"{name}: {first}"[:limit] if lines else name
 
 
+def from_python_worker(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Python worker's error (a transform's own, or PySpark's around it)."""
+    text = _text(exc)
+    return "TransformFailed" in text or type(exc).__name__ == "PythonException"
+
+
 def error_detail(exc: BaseException, *, limit: int = 16_000) -> str:
     """An error's whole text for ``pipeline status`` (a worker's traceback, Spark's message), bounded."""
     text = _text(exc).strip()
@@ -221,4 +227,4 @@ def _text(exc: BaseException) -> str:
         text = getter() if callable(getter) else str(exc)
     except Exception:
         text = str(exc)
-    return str(text)
+    return str(text) if str(text or "").strip() else str(exc)

@@ -237,7 +237,10 @@ class Pipeline:
         if err and "SinkFailed" in text:
             return SinkRun(sink, RunState.FAILED, err["message"], err.get("offset"))
         log.debug("pipeline %s: sink %s failed:\n%s", self.spec.name, sink, text)
-        return SinkRun(sink, RunState.FAILED, summarize(text) if "SinkFailed:" in text else explain(exc))
+        # A transform's or a Python worker's error: its own line; anything else (Spark's own
+        # errors, which name the file or path): the first line of its text, as before.
+        worker = "TransformFailed" in text
+        return SinkRun(sink, RunState.FAILED, explain(exc) if worker else summarize(text))
 
     def request_stop(self) -> None:
         self._stop.set()

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, get_args
 
 import pyarrow as pa
 
-from sluiceway.pipeline.errors import DestinationUnreachable, file_system_fault
+from sluiceway.pipeline.errors import DestinationUnreachable, file_system_fault, from_python_worker
 from sluiceway.pipeline.failures import RetryPolicy, backoff_delays, reaching
 from sluiceway.pipeline.sinks.base import make_writer
 from sluiceway.pipeline.sinks.part import PartResult, write_part
@@ -232,10 +232,12 @@ def write_parquet(df: Any, plan: TaskPlan, path: str) -> list[PartResult]:
             break
         except DestinationUnreachable as exc:
             return [PartResult(0, error=str(exc))]
-        except Exception:  # retried whole; the last error stops the sink at the batch's start
+        except Exception as exc:  # retried whole; the last error stops the sink at the batch's start
             delay = next(delays, None)
             if delay is None:
-                raise  # the handler says why in one line (a transform's error, Spark's) and stops
+                if from_python_worker(exc):
+                    raise  # the handler says why in one line and keeps the whole text
+                return [PartResult(0, error=f"{type(exc).__name__}: {str(exc).splitlines()[0]}")]
             time.sleep(delay)
     results = []
     files = sorted(f for f in os.listdir(run_dir) if f.endswith(".parquet"))

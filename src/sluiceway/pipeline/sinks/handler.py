@@ -34,6 +34,7 @@ from sluiceway.pipeline.errors import (
     error_detail,
     explain,
     file_system_fault,
+    from_python_worker,
 )
 from sluiceway.pipeline.failures import RetryPolicy
 from sluiceway.pipeline.sinks.base import SinkWriter, make_writer
@@ -126,8 +127,11 @@ class BatchHandler:
         except (SinkFailed, StepPaused, Stopping):
             raise
         except Exception as exc:
-            # What escaped the batch's job (a transform's error, Spark's): one line that names its
-            # cause, and its whole text kept for ``pipeline status --json``.
+            # A transform's (a Python worker's) error escaped the batch's job: one line that names
+            # its cause, and its whole text kept for ``pipeline status --json``. Spark's own
+            # errors go on as before (the run names them from their text).
+            if not from_python_worker(exc):
+                raise
             line = explain(exc)
             with StateStore(self.checkpoint_dir).update() as st:
                 st.failed(None, line, batch_id, detail=error_detail(exc))
