@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluiceway.db import Database, Dialect
+from sluiceway.db.connection import map_db_error
 from sluiceway.errors import LockTimeoutError
 from sluiceway.outbox import OutboxRecord, Stasher, init_outbox
 
@@ -142,7 +143,7 @@ def _shop_thread(
                 break
             except (sqlite3.OperationalError, LockTimeoutError) as exc:
                 conn.rollback()
-                if not _locked(exc) or attempt >= _BUSY_RETRIES:
+                if not isinstance(map_db_error(exc, "order"), LockTimeoutError) or attempt >= _BUSY_RETRIES:
                     raise
                 time.sleep(0.001)
         seq[customer] += 1
@@ -178,11 +179,6 @@ def _shop_thread(
 #: How often one transaction is tried again after "database is locked" (each try waits up to the
 #: connection's busy_timeout first): a lock held that long is not a busy moment, it is a fault.
 _BUSY_RETRIES = 100
-
-
-def _locked(exc: Exception) -> bool:
-    """SQLITE_BUSY or SQLITE_LOCKED (primary codes 5 and 6): another writer has the lock."""
-    return isinstance(exc, LockTimeoutError) or (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (5, 6)
 
 
 def _event(topic: str, customer: str, seq: int, order_id: str, total: int) -> OutboxRecord:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from sluiceway.pipeline.checkpoint import CheckpointLock
 from sluiceway.pipeline.compat import is_connect_session, tolerate_observed_metrics_in_commands
 from sluiceway.pipeline.dedup import dedup_by_sequence
-from sluiceway.pipeline.errors import PipelineError, SinkFailed, StepPaused, explain
+from sluiceway.pipeline.errors import PipelineError, SinkFailed, StepPaused, explain, from_python_worker
 from sluiceway.pipeline.operator import SinkStatus
 from sluiceway.pipeline.operator import skip as skip_record
 from sluiceway.pipeline.operator import status as sinks_status
@@ -237,10 +237,7 @@ class Pipeline:
         if err and "SinkFailed" in text:
             return SinkRun(sink, RunState.FAILED, err["message"], err.get("offset"))
         log.debug("pipeline %s: sink %s failed:\n%s", self.spec.name, sink, text)
-        # A transform's or a Python worker's error: its own line; anything else (Spark's own
-        # errors, which name the file or path): the first line of its text, as before.
-        worker = "TransformFailed" in text
-        return SinkRun(sink, RunState.FAILED, explain(exc) if worker else summarize(text))
+        return SinkRun(sink, RunState.FAILED, failure_line(exc))
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -404,10 +401,7 @@ def _await(query: Any) -> None:
         query.awaitTermination()
     except Exception as exc:  # the outcome is read from the query and the state file
         if StepPaused.MARKER not in str(exc) and "SinkFailed" not in str(exc):
-            text = str(exc)
-            raise PipelineError(
-                f"query {query.name} failed: {summarize(text) if 'SinkFailed:' in text else explain(exc)}"
-            ) from None
+            raise PipelineError(f"query {query.name} failed: {failure_line(exc)}") from None
 
 
 def _await_end(query: Any, seconds: float) -> None:
@@ -425,6 +419,12 @@ def _trigger_active(query: Any) -> bool:
 
 
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failed|Violation|Exit)\w*: .+")
+
+
+def failure_line(exc: BaseException) -> str:
+    """A failed query in one line: a transform's (a Python worker's) error as it says itself
+    (:func:`explain`); anything else, Spark's own errors that name the file or path, from its text."""
+    return explain(exc) if from_python_worker(exc) else summarize(str(exc))
 
 
 def summarize(text: str) -> str:
