@@ -7,6 +7,7 @@ at the end of a run) read it, so it lives below both.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass
@@ -75,12 +76,16 @@ class CheckpointLock:
     def __init__(self, checkpoint: str | os.PathLike[str]) -> None:
         self.path = Path(checkpoint) / self.NAME
         self._fd: int | None = None
+        #: The checkpoint directories this lock made (outermost first), to take away again if the
+        #: run ends holding nothing else there: a run refused at start leaves nothing behind.
+        self._made: list[Path] = []
 
     def acquire(self) -> None:
         import fcntl
         import socket
         import time
 
+        self._made = [p for p in (*reversed(self.path.parent.parents), self.path.parent) if not p.exists()]
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -99,8 +104,14 @@ class CheckpointLock:
 
     def release(self) -> None:
         fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)  # closing drops the lock; the file stays (its content is the last holder)
+        if fd is None:
+            return
+        if self._made and [p.name for p in self.path.parent.iterdir()] == [self.NAME]:
+            self.path.unlink()  # the run made nothing here but its lock: leave no trace
+            for made in reversed(self._made):
+                with contextlib.suppress(OSError):  # another run may have begun in it since
+                    made.rmdir()
+        os.close(fd)  # closing drops the lock; the file stays (its content is the last holder)
 
     def holder(self) -> str | None:
         """Who holds the lock now (``None``: nobody), without taking it; for a check before Spark."""

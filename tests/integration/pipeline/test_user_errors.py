@@ -308,6 +308,7 @@ def test_a_sql_transform_naming_a_missing_column_is_one_line_naming_the_transfor
     line = last_error(sluice("pipeline", "run", "orders.yaml", "--once", cwd=tmp_path, timeout=180))
     assert line.startswith("error: orders.yaml: transforms[0].sql: [UNRESOLVED_COLUMN"), line
     assert "`total` cannot be resolved" in line and "Project" not in line and "SQLSTATE" not in line
+    assert not (tmp_path / "cp").exists()  # refused before anything was made
 
 
 @pytest.mark.parametrize(
