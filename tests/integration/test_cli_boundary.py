@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -323,6 +324,19 @@ def _writer(fifo: Path) -> int | None:
         raise
 
 
+#: read(2)'s system call number, where we know it.
+_READ_SYSCALL = {"x86_64": "0", "aarch64": "63"}.get(platform.machine())
+
+
+def _blocked_in_read(pid: int) -> bool:
+    """Whether the process sleeps in read(2), or (no /proc, another machine) it cannot be told."""
+    try:
+        call = Path(f"/proc/{pid}/syscall").read_text().split()
+    except OSError:
+        return True
+    return _READ_SYSCALL is None or (bool(call) and call[0] == _READ_SYSCALL)
+
+
 def test_ctrl_c_is_one_line_and_exit_130(scripts: Path, tmp_path: Path) -> None:
     fifo = tmp_path / "value"
     os.mkfifo(fifo)
@@ -350,6 +364,9 @@ def test_ctrl_c_is_one_line_and_exit_130(scripts: Path, tmp_path: Path) -> None:
     try:
         # The writer's end opens once the command holds the reader's: it is then in (or at) its read.
         writer = wait_until(lambda: _writer(fifo), timeout=60, message="sluice reading the value")
+        # In the read itself, not just before it: a signal that lands between Python's check for
+        # signals and the system call is only seen when the call returns (CPython's own race).
+        wait_until(lambda: _blocked_in_read(proc.pid), timeout=60, message="sluice blocked in read")
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
