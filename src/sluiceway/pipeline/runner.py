@@ -24,7 +24,14 @@ from typing import TYPE_CHECKING, Any
 from sluiceway.pipeline.checkpoint import CheckpointLock
 from sluiceway.pipeline.compat import is_connect_session, tolerate_observed_metrics_in_commands
 from sluiceway.pipeline.dedup import dedup_by_sequence
-from sluiceway.pipeline.errors import PipelineError, SinkFailed, StepPaused, explain, from_python_worker
+from sluiceway.pipeline.errors import (
+    PipelineError,
+    SinkFailed,
+    StepPaused,
+    explain,
+    file_system_fault,
+    from_python_worker,
+)
 from sluiceway.pipeline.operator import SinkStatus
 from sluiceway.pipeline.operator import skip as skip_record
 from sluiceway.pipeline.operator import status as sinks_status
@@ -237,6 +244,11 @@ class Pipeline:
         if err and "SinkFailed" in text:
             return SinkRun(sink, RunState.FAILED, err["message"], err.get("offset"))
         log.debug("pipeline %s: sink %s failed:\n%s", self.spec.name, sink, text)
+        # Not the sink's write (that says so: SinkFailed): Spark's own, into the sink's checkpoint.
+        # A full or read-only disk there is named by the place (the JVM's text does not name it).
+        fault = None if "SinkFailed:" in text else file_system_fault(exc, str(self.spec.checkpoint_dir(sink)))
+        if fault is not None:
+            return SinkRun(sink, RunState.FAILED, f"checkpoint {fault.problem}")
         return SinkRun(sink, RunState.FAILED, failure_line(exc))
 
     def request_stop(self) -> None:
