@@ -282,6 +282,8 @@ class Database:
             gate_for(self.source.target) if self.dialect is Dialect.SQLITE and not read_only else None
         )
         self._gate_held = False
+        #: How a statement runs: the driver's call, or (SQLite) that call waiting for the write lock.
+        self._run = self._run_sqlite if self.dialect is Dialect.SQLITE else self._run_once
         #: Only reads: SQLite opens the file read-only (see :func:`open_raw`).
         self.read_only = read_only
         #: Called with each new driver connection (session settings), before any statement.
@@ -321,11 +323,11 @@ class Database:
         self.close()
 
     # -- statements ------------------------------------------------------------------------
-    def _run(self, sql: str, params: Params, what: str, fetch: bool, many: bool = False) -> Any:
+    def _run_sqlite(self, sql: str, params: Params, what: str, fetch: bool, many: bool = False) -> Any:
         with self._lock:
-            if self.dialect is not Dialect.SQLITE or self._in_tx:
+            if self._in_tx:
                 return self._run_once(sql, params, what, fetch, many)
-            # SQLite, outside a transaction (or its BEGIN / COMMIT): wait for the write lock.
+            # Outside a transaction (or its BEGIN / COMMIT): wait for the write lock.
             deadline = time.monotonic() + self.busy_timeout
             with self._writing(what or sql, deadline) if is_write(sql) else contextlib.nullcontext():
                 while True:
@@ -355,27 +357,29 @@ class Database:
             self._gate_held = False
             self._gate.release()
 
-    def _run_once(self, sql: str, params: Params, what: str, fetch: bool, many: bool) -> Any:
-        try:
-            cur = self.raw.cursor()
+    def _run_once(self, sql: str, params: Params, what: str, fetch: bool, many: bool = False) -> Any:
+        """The driver's call (the one statement path of PostgreSQL and MySQL: nothing more on it)."""
+        with self._lock:
             try:
-                if many:
-                    cur.executemany(sql, params)
-                elif params is None:
-                    cur.execute(sql)
-                else:
-                    cur.execute(sql, params)
-                if fetch:
-                    return cur.fetchall() if cur.description is not None else []
-                return cur.rowcount
-            finally:
-                cur.close()
-        except _driver_errors() as exc:
-            err = map_db_error(exc, what or sql.split(None, 1)[0])
-            if isinstance(err, DatabaseUnavailableError) and not self._in_tx:
-                # The connection is unusable; the next call reconnects.
-                self.close()
-            raise err from exc
+                cur = self.raw.cursor()
+                try:
+                    if many:
+                        cur.executemany(sql, params)
+                    elif params is None:
+                        cur.execute(sql)
+                    else:
+                        cur.execute(sql, params)
+                    if fetch:
+                        return cur.fetchall() if cur.description is not None else []
+                    return cur.rowcount
+                finally:
+                    cur.close()
+            except _driver_errors() as exc:
+                err = map_db_error(exc, what or sql.split(None, 1)[0])
+                if isinstance(err, DatabaseUnavailableError) and not self._in_tx:
+                    # The connection is unusable; the next call reconnects.
+                    self.close()
+                raise err from exc
 
     def execute(self, sql: str, params: Params = None, *, what: str = "") -> int:
         """Run a statement; return the affected row count."""
