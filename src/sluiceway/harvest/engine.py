@@ -552,29 +552,23 @@ class Term:
                 return True
             except DatabaseRefusedError:
                 raise  # permanent: the term stops (the rows stay for the next leader)
-            except LockTimeoutError as exc:
-                # Another writer holds the lock: the DELETE did nothing. A wait, not an outage.
-                self._purge_busy.warn(
-                    "purge of %d rows: the outbox has been locked by other writers for a while (%s); "
-                    "still trying",
-                    len(ids),
-                    exc,
-                )
-                if self._stopping.is_set():
-                    tries_after_stop += 1
-                    if tries_after_stop > 3:
-                        log.info(
-                            "the outbox stays locked at shutdown: %d purged rows stay for the next leader",
-                            len(ids),
-                        )
-                        self._purge_abandoned = len(ids)
-                        return False
-                time.sleep(0.01)
             except DatabaseError as exc:
                 # The records stay in their windows: the successors of these records must not be
                 # purged (or sent, with one in flight per key) while the rows might still exist.
-                # One line per outage (a reminder a minute while it lasts), not one per attempt.
-                outage.warn("purge of %d rows failed (%s); retrying every %.3fs", len(ids), exc, backoff)
+                if isinstance(exc, LockTimeoutError):
+                    # Another writer holds the lock: the DELETE did nothing. A wait, not an
+                    # outage: said only if it lasts; asked again soon.
+                    pause = 0.01
+                    self._purge_busy.warn(
+                        "purge of %d rows: the outbox has been locked by other writers for a while "
+                        "(%s); still trying",
+                        len(ids),
+                        exc,
+                    )
+                else:
+                    # One line per outage (a reminder a minute while it lasts), not one per attempt.
+                    pause = backoff
+                    outage.warn("purge of %d rows failed (%s); retrying every %.3fs", len(ids), exc, backoff)
                 if self._stopping.is_set():
                     tries_after_stop += 1
                     if tries_after_stop > 3:
@@ -583,7 +577,7 @@ class Term:
                         )
                         self._purge_abandoned = len(ids)
                         return False
-                time.sleep(backoff)
+                time.sleep(pause)
 
     def _delivery_failed(self, d: Delivery) -> None:
         """Warn of a failed delivery: at once when it fails in a new way, then at most once a
