@@ -282,8 +282,7 @@ class Database:
             gate_for(self.source.target) if self.dialect is Dialect.SQLITE and not read_only else None
         )
         self._gate_held = False
-        #: How a statement runs: the driver's call, or (SQLite) that call waiting for the write lock.
-        self._run = self._run_sqlite if self.dialect is Dialect.SQLITE else self._run_once
+        self._sqlite = self.dialect is Dialect.SQLITE
         #: Only reads: SQLite opens the file read-only (see :func:`open_raw`).
         self.read_only = read_only
         #: Called with each new driver connection (session settings), before any statement.
@@ -323,6 +322,12 @@ class Database:
         self.close()
 
     # -- statements ------------------------------------------------------------------------
+    def _run(self, sql: str, params: Params, what: str, fetch: bool, many: bool = False) -> Any:
+        """Every statement's one way in: the driver's call; on SQLite, waiting for the write lock."""
+        if self._sqlite:
+            return self._run_sqlite(sql, params, what, fetch, many)
+        return self._run_once(sql, params, what, fetch, many)
+
     def _run_sqlite(self, sql: str, params: Params, what: str, fetch: bool, many: bool = False) -> Any:
         with self._lock:
             if self._in_tx:
@@ -358,7 +363,7 @@ class Database:
             self._gate.release()
 
     def _run_once(self, sql: str, params: Params, what: str, fetch: bool, many: bool = False) -> Any:
-        """The driver's call (the one statement path of PostgreSQL and MySQL: nothing more on it)."""
+        """The driver's call."""
         with self._lock:
             try:
                 cur = self.raw.cursor()
