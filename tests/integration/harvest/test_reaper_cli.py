@@ -213,8 +213,11 @@ def test_an_unreachable_broker_is_a_warning_every_ten_seconds_not_a_flood(
         with reaper_process(args, log) as proc:
             wait_until(lambda: "leading: marking" in log.read_text(), timeout=60, message="leadership")
             broker.stop()
-            # Leading, with a publisher whose broker connections are refused every ~50 ms.
-            time.sleep(3)  # watch a few seconds of refused connections (nothing to wait for here)
+            # Leading, with a publisher whose broker connections are refused every ~50 ms. The
+            # client first sees the broker go (a disconnect), then its reconnects refused: watch
+            # until the first refusal is logged, then a few seconds of them.
+            wait_until(lambda: "Connection refused" in log.read_text(), timeout=60, message="a refusal")
+            time.sleep(3)
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=60) == 0
     finally:
