@@ -66,10 +66,12 @@ GROUP, WINDOW = 100, 1000
 
 
 class Timed:
-    """A publisher that times each change from its commit to its acknowledgement."""
+    """A publisher that times each change from its commit to its acknowledgement: (when, ms)
+    pairs, written to ``path`` when it closes (it runs in the capture's publishing process)."""
 
-    def __init__(self, inner: Publisher, samples: list[float]) -> None:
-        self.inner, self.samples = inner, samples
+    def __init__(self, inner: Publisher, path: str) -> None:
+        self.inner, self.path = inner, path
+        self.samples: list[tuple[float, float]] = []
 
     def _timed(self, on_done: Callable[[Delivery], None]) -> Callable[[Delivery], None]:
         samples = self.samples
@@ -77,7 +79,8 @@ class Timed:
         def done(delivery: Delivery) -> None:
             created = delivery.record.create_time
             if created is not None and delivery.error is None:
-                samples.append((time.time() - created.timestamp()) * 1000.0)
+                now = time.time()
+                samples.append((now, (now - created.timestamp()) * 1000.0))
             on_done(delivery)
 
         return done
@@ -99,6 +102,18 @@ class Timed:
 
     def close(self) -> None:
         self.inner.close()
+        with open(self.path, "a") as out:
+            out.writelines(f"{when} {ms}\n" for when, ms in self.samples)
+
+
+class TimedWrap:
+    """Wraps a term's publisher in :class:`Timed` (picklable: it crosses to the publishing process)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __call__(self, inner: Publisher) -> Publisher:
+        return Timed(inner, self.path)  # type: ignore[return-value]
 
 
 class Recorder:
@@ -134,11 +149,7 @@ def config(dsn: str, slot: str, work: str, destination: dict[str, Any]) -> dict[
 
 
 def capture_for(cfg: dict[str, Any], wrap: Callable[[Publisher], Publisher] | None = None) -> Capture:
-    capture = Capture(cfg)
-    if wrap is not None:
-        plain = capture._publisher_factory
-        capture._publisher_factory = lambda epoch: wrap(plain(epoch))
-    return capture
+    return Capture(cfg, wrap=wrap)
 
 
 def wait_position(capture: Capture, upto: int, timeout: float = 600) -> None:
@@ -171,16 +182,18 @@ def write_rate(dsn: str, rate: int, seconds: float, base: int, rows: int) -> Non
 def latency(
     dsn: str, slot: str, work: str, destination: dict[str, Any], rate: int, seconds: float, rows: int
 ) -> list[float]:
-    samples: list[float] = []
+    path = os.path.join(work, f"{slot}.samples")
     create_slot(dsn, slot)
-    with capture_for(config(dsn, slot, work, destination), lambda p: Timed(p, samples)) as capture:
+    with capture_for(config(dsn, slot, work, destination), TimedWrap(path)) as capture:
         while capture.position == 0:
             time.sleep(0.05)
-        samples.clear()  # nothing before the steady writer counts
+        started = time.time()  # nothing before the steady writer counts
         base = 10_000_000 * (1 + len(os.listdir(work)))
         write_rate(dsn, rate, seconds, base, rows)
         wait_position(capture, flush_lsn(dsn))
-    return samples
+    with open(path) as lines:
+        pairs = [tuple(map(float, line.split())) for line in lines]
+    return [ms for when, ms in pairs if when >= started]
 
 
 def drain(dsn: str, slot: str, work: str, destination: dict[str, Any], upto: int) -> tuple[float, int]:
@@ -199,8 +212,7 @@ def record(dsn: str, slot: str, work: str, upto: int) -> list[MarkedRecord]:
     """The messages a capture publishes for the slot's changes up to ``upto`` (nothing sent)."""
     out: list[MarkedRecord] = []
     destination = {"kafka": {"bootstrap.servers": "127.0.0.1:9"}, "topic": KAFKA_TOPIC}
-    capture = Capture(config(dsn, slot, work, destination))
-    capture._publisher_factory = lambda epoch: Recorder(out)
+    capture = Capture(config(dsn, slot, work, destination), publisher_factory=lambda epoch: Recorder(out))
     with capture:
         wait_position(capture, upto)
     return out

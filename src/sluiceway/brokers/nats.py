@@ -274,7 +274,9 @@ class NatsClient:
     def jetstream(self) -> Any:
         return self._js
 
-    async def publish(self, messages: Sequence[Message]) -> list[Ack | BrokerError]:
+    async def publish(
+        self, messages: Sequence[Message], *, positions: bool = True
+    ) -> list[Ack | BrokerError]:
         stream = self.settings.stream
         futures: list[asyncio.Future[Any] | BrokerError] = []
         tokens: list[str] = []

@@ -156,7 +156,9 @@ class RabbitMqClient:
             exchange, server = self.settings.exchange, self.settings.server
             raise map_error(exc, "check exchange", exchange, server=server) from exc
 
-    async def publish(self, messages: Sequence[Message]) -> list[Ack | BrokerError]:
+    async def publish(
+        self, messages: Sequence[Message], *, positions: bool = True
+    ) -> list[Ack | BrokerError]:
         import aio_pika
 
         exchange, mandatory, timeout = self._exchange, self.settings.mandatory, self.settings.ack_timeout

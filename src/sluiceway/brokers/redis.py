@@ -27,7 +27,10 @@ from sluiceway.errors import BrokerError, Cause
 BROKER = "redis"
 HEADER_PREFIX = "header:"
 _SEQ_BITS = 20
+_SEQ_LIMIT, _MS_LIMIT = 1 << _SEQ_BITS, 1 << (63 - _SEQ_BITS)
 _ENTRY_ID = re.compile(r"([0-9]+)(?:-([0-9]+))?")
+#: The acknowledgement of every message whose position is not asked for (``publish(positions=False)``).
+_ACKED = Ack()
 #: Error replies that no retry can get past (the key holds another type, a malformed command).
 _PERMANENT_REPLIES = ("WRONGTYPE", "ERR wrong number", "ERR syntax", "ERR Invalid stream ID")
 
@@ -38,6 +41,12 @@ def entry_offset(entry_id: str | bytes) -> int:
     Text that is not ``<digits>[-<digits>]``, and ids that do not fit (``seq`` ≥ 2^20, ``ms`` ≥ 2^43 —
     far beyond generated ids), raise ValueError.
     """
+    if entry_id.__class__ is bytes:  # as Redis replies: bytes.isdigit() is ASCII digits only
+        ms_bytes, _, seq_bytes = entry_id.partition(b"-")
+        if ms_bytes.isdigit() and seq_bytes.isdigit():
+            ms, seq = int(ms_bytes), int(seq_bytes)
+            if seq < _SEQ_LIMIT and ms < _MS_LIMIT:
+                return ms << _SEQ_BITS | seq
     text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
     ms_text, _, seq_text = text.partition("-")
     if ms_text.isdigit() and seq_text.isdigit() and ms_text.isascii() and seq_text.isascii():
@@ -208,7 +217,9 @@ class RedisClient:
             await self._reset()
             raise map_error(exc, "connect", self.settings.server) from exc
 
-    async def publish(self, messages: Sequence[Message]) -> list[Ack | BrokerError]:
+    async def publish(
+        self, messages: Sequence[Message], *, positions: bool = True
+    ) -> list[Ack | BrokerError]:
         pipe = self._redis.pipeline(transaction=False)
         max_len = self.settings.max_len
         for message in messages:
@@ -226,7 +237,7 @@ class RedisClient:
             if isinstance(reply, Exception):
                 out.append(map_error(reply, "publish", message.topic))
             else:
-                out.append(Ack(position=entry_offset(reply)))
+                out.append(Ack(entry_offset(reply)) if positions else _ACKED)
         return out
 
     async def _reset(self) -> None:

@@ -156,7 +156,8 @@ class Sender:
 
     def submit_ordered(self, messages: list[Message], done: Callable[[list[Outcome]], None]) -> None:
         """``messages`` as one attempt of their own, after every ordered batch submitted before it
-        is done (one at a time, so one connection carries them), their outcomes reported together.
+        is done (one at a time, so one connection carries them), their outcomes reported together
+        (acknowledgements without a position: the caller counts them).
 
         For a client whose broker applies a connection's messages in the order they were sent
         (``client.in_order``: Redis) a key's messages then stay in order with no per-key
@@ -254,7 +255,7 @@ class Sender:
                         BrokerError(self.broker, "publish", why, target=m.topic) for m in messages
                     ]
                 else:
-                    outcomes = await self._attempt(messages)
+                    outcomes = await self._attempt(messages, positions=False)  # counted, not placed
                 at, reporting = 0, taken
                 taken = []
                 for batch, done in reporting:
@@ -348,14 +349,14 @@ class Sender:
             log.exception("%s: publishing failed unexpectedly", self.broker)
             self._give_up(batch, f"unexpected error: {type(exc).__name__}: {exc}")
 
-    async def _attempt(self, messages: list[Message]) -> list[Outcome]:
+    async def _attempt(self, messages: list[Message], *, positions: bool = True) -> list[Outcome]:
         try:
             # One connection attempt at a time: concurrent attempts would each replace the other's.
             async with self._connect_lock:
                 await self.client.connect()
         except BrokerError as exc:
             return [exc] * len(messages)
-        return await self.client.publish(messages)
+        return await self.client.publish(messages, positions=positions)
 
     async def _pause(self, seconds: float) -> None:
         assert self._stop_event is not None

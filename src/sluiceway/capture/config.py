@@ -124,6 +124,9 @@ class CaptureSection(StrictModel):
     #: they are out of reach, before it gives up with one line: a duration, or ``forever``.
     startup_timeout: StartupTimeout = Field(30.0, alias="startupTimeout")
     metrics_addr: str | None = Field(None, alias="metricsAddr")
+    #: Publish from a process of its own (the default), so that reading and decoding the slot and
+    #: publishing run on two cores; ``false``: from a thread of the capture's own process.
+    publish_process: bool = Field(True, alias="publishProcess")
 
     @field_validator("slot")
     @classmethod

@@ -17,19 +17,18 @@ waits for its predecessor's walsender to go.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from sluiceway.capture.config import CaptureConfig
-from sluiceway.capture.mapping import TopicMap
 from sluiceway.capture.metrics import CaptureMeter
-from sluiceway.capture.refusals import RefusalLog
-from sluiceway.capture.target import DeadLetter, DeliveryFailed, PositionFile, PublishTarget
+from sluiceway.capture.offload import ProcessTarget
+from sluiceway.capture.publishing import Wrapper, open_target
+from sluiceway.capture.target import DeliveryFailed, PublishTarget
 from sluiceway.cdc.capture import Capture as SlotCapture
 from sluiceway.cdc.capture import CaptureOptions
 from sluiceway.cdc.errors import SlotInUseError, StreamInterrupted
@@ -44,13 +43,10 @@ from sluiceway.errors import (
     Cause,
     DatabaseError,
     DatabaseUnavailableError,
-    LeadershipError,
     Permanent,
-    PublishError,
     StartupRefused,
 )
 from sluiceway.harvest.ports import Publisher
-from sluiceway.journal import JournalError
 
 log = logging.getLogger("sluiceway.capture")
 
@@ -77,7 +73,11 @@ class Capture(Elected):
         *,
         election: LeaderElection | None = None,
         publisher_factory: Callable[[int], Publisher] | None = None,
+        wrap: Wrapper | None = None,
     ) -> None:
+        """``publisher_factory``: each term's publisher, in this process (tests); ``wrap``: wraps
+        each term's publisher (a picklable callable where publishing runs in a process of its own:
+        ``publishProcess``, the default)."""
         super().__init__()
         if isinstance(config, dict):
             config = CaptureConfig.from_dict(config)
@@ -95,10 +95,10 @@ class Capture(Elected):
             snapshot=c.snapshot,
             chunk_size=c.chunk_size,
         )
-        self.topics = TopicMap(c.topic)
         self.meter = CaptureMeter(c.name, c.destination)
         self.election = election or self._default_election()
-        self._publisher_factory = publisher_factory or self._default_publisher_factory()
+        self._publisher_factory = publisher_factory
+        self._wrap = wrap
         self._slot: SlotCapture | None = None
         #: Terms begun (a test and ``status`` read it).
         self.terms = 0
@@ -213,27 +213,20 @@ class Capture(Elected):
         epoch = int(getattr(self.election, "epoch", 0))
         self.terms += 1
         c = self.config.capture
-        try:
-            publisher = self._publisher_factory(epoch)
-        except PublishError as exc:
-            raise DeliveryFailed(f"cannot open the destination: {exc}") from exc
-        try:
-            dead_letter = self._dead_letter(publisher, epoch)
-        except BaseException:
-            publisher.close()
-            raise
-        target = PublishTarget(
-            publisher,
-            self.topics,
-            leader=f"{self.name}:{epoch}",
-            tombstones=c.tombstones,
-            timeout=c.delivery_timeout,
-            may_continue=self._leading,
-            meter=self.meter,
-            position_file=PositionFile(Path(c.state_path) / "published.lsn"),
-            refusals=RefusalLog(c.state_path),
-            dead_letter=dead_letter,
-        )
+        target: PublishTarget | ProcessTarget
+        if c.publish_process and self._publisher_factory is None:
+            target = ProcessTarget(
+                self.config, epoch, may_continue=self._leading, meter=self.meter, wrap=self._wrap
+            )
+        else:
+            target = open_target(
+                c,
+                epoch,
+                may_continue=self._leading,
+                meter=self.meter,
+                publisher_factory=self._publisher_factory,
+                wrap=self._wrap,
+            )
         slot = SlotCapture(self.options, target)
         target.on_durable = slot.durable_at
         self._slot = slot
@@ -259,7 +252,7 @@ class Capture(Elected):
             slot.close()
             target.close()
 
-    def _until(self, slot: SlotCapture, target: PublishTarget) -> Callable[[], bool]:
+    def _until(self, slot: SlotCapture, target: PublishTarget | ProcessTarget) -> Callable[[], bool]:
         """The capture's stop test, called between appends; also where the meter reads positions."""
         read_at = [0.0]
 
@@ -272,29 +265,6 @@ class Capture(Elected):
             return not self._leading()
 
         return until
-
-    def _dead_letter(self, publisher: Publisher, epoch: int) -> DeadLetter | None:
-        """The term's dead letter destination (``deadLetter:``): a topic of its own destination,
-        through the term's publisher, or a journal of its own."""
-        c = self.config.capture
-        if c.dead_letter is None:
-            return None
-        if c.dead_letter.journal is None:
-            return DeadLetter(publisher, c.dead_letter.topic)
-        from sluiceway.harvest.journal_target import JournalPublisher
-
-        journal = c.dead_letter.journal
-        try:
-            letters = JournalPublisher(
-                journal.path,
-                epoch=epoch,
-                register=f"sluiceway.capture.{c.slot}.dead-letters.epoch",
-                segment_bytes=journal.segment_bytes,
-                fsync=journal.fsync,
-            )
-        except (LeadershipError, JournalError) as exc:
-            raise DeliveryFailed(f"cannot open the dead letter journal {journal.path}: {exc}") from exc
-        return DeadLetter(letters)
 
     # -- defaults from configuration ---------------------------------------------------------
     def _default_election(self) -> LeaderElection:
@@ -310,45 +280,6 @@ class Capture(Elected):
                 heartbeat_timeout=c.election.lease_timeout,
             )
         return DatabaseLease(c.dsn, c.election_name, ttl=c.election.lease_timeout, table=c.lease_table)
-
-    def _default_publisher_factory(self) -> Callable[[int], Publisher]:
-        c = self.config.capture
-        if c.target is not None:
-            from sluiceway.harvest.brokers import BrokerPublisher
-
-            target = c.target
-            prefix = target.msg_id_prefix or _msg_id_prefix(c.dsn, c.slot)
-            # A refusal (RabbitMQ's unroutable, with mandatory) is final: the capture stops on it,
-            # or, with a dead letter destination, sends it there and goes on with the key's next.
-            refused: Literal["pass", "stop"] = "pass" if c.dead_letter is not None else "stop"
-            return lambda epoch: BrokerPublisher(
-                target, prefix=prefix, may_send=self._leading, refused=refused
-            )
-        if c.journal is not None:
-            journal = c.journal
-
-            def open_journal(epoch: int) -> Publisher:
-                from sluiceway.harvest.journal_target import JournalPublisher
-
-                return JournalPublisher(
-                    journal.path,
-                    epoch=epoch,
-                    register=f"sluiceway.capture.{c.slot}.epoch",
-                    segment_bytes=journal.segment_bytes,
-                    fsync=journal.fsync,
-                )
-
-            return open_journal
-        from sluiceway.harvest.kafka import KafkaPublisher
-
-        config = c.producer_config
-
-        def open_kafka(epoch: int) -> Publisher:
-            publisher = KafkaPublisher(config)
-            publisher.wait_ready()
-            return publisher
-
-        return open_kafka
 
 
 def _ignoring_seconds(check: Callable[[str], None], path: str, _seconds: float) -> None:
@@ -402,13 +333,6 @@ def _check_publication(session: CdcSession, name: str, tables: list[TableSpec], 
                 f"as their owner, run: ALTER PUBLICATION {name} ADD TABLE {add}",
             )
         )
-
-
-def _msg_id_prefix(dsn: str, slot: str) -> str:
-    """Message ids ``<prefix><sluice-id>``: the prefix names the database and slot (password left
-    out), so captures that share a stream never share ids."""
-    where = parse_dsn(dsn).redacted()
-    return f"{hashlib.sha1(f'{where}|slot {slot}'.encode()).hexdigest()[:10]}:"
 
 
 class _Listener:

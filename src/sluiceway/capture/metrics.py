@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,6 +19,28 @@ from sluiceway.metrics import MetricsEndpoint, serve_metrics
 from sluiceway.outbox.record import RecordColumns
 
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+#: Changes of an append whose commit → hand-over time is observed: cheap, and representative.
+_SAMPLES = 64
+
+
+def commit_sample(batch: pa.RecordBatch) -> list[int]:
+    """The commit times (microseconds) of up to :data:`_SAMPLES` changes of ``batch``, evenly spread."""
+    stamps = pc.drop_null(batch.column("timestamp")) if batch.num_rows else None
+    if stamps is None or not len(stamps):
+        return []
+    commits = pc.cast(stamps, pa.int64()).to_numpy(zero_copy_only=False)
+    return [int(m) for m in commits[:: max(1, len(commits) // _SAMPLES)]]
+
+
+class PublishMeter(Protocol):
+    """What a :class:`~sluiceway.capture.target.PublishTarget` counts (a :class:`CaptureMeter`,
+    or a relay of one in another process)."""
+
+    def published(self, records: RecordColumns, batch: pa.RecordBatch) -> None: ...
+
+    def skipped(self, count: int) -> None: ...
+
+    def dead_lettered(self) -> None: ...
 
 
 class CaptureMeter:
@@ -70,19 +93,21 @@ class CaptureMeter:
 
     def published(self, records: RecordColumns, batch: pa.RecordBatch) -> None:
         size = sum(map(len, filter(None, records.values)))
+        self.count_published(len(records), size, commit_sample(batch) if self._prom is not None else ())
+
+    def count_published(self, count: int, size: int, commits: Sequence[int]) -> None:
+        """``count`` changes of ``size`` bytes handed over; ``commits``: a sample of their commit
+        times (microseconds since the epoch) for the latency histogram."""
         with self._lock:
-            self.changes += len(records)
+            self.changes += count
             self.bytes += size
         prom = self._prom
         if prom is not None:
-            prom["changes"].labels(self.name).inc(len(records))
+            prom["changes"].labels(self.name).inc(count)
             prom["bytes"].labels(self.name).inc(size)
             now = time.time()
-            commits = pc.cast(batch.column("timestamp"), pa.int64()).to_numpy(zero_copy_only=False)
             histogram = prom["latency"].labels(self.name)
-            for micros in commits[
-                :: max(1, len(commits) // 64)
-            ]:  # a sample per append: cheap, representative
+            for micros in commits:
                 histogram.observe(max(0.0, now - micros / 1e6))
 
     def skipped(self, count: int) -> None:

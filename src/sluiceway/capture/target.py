@@ -37,7 +37,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from sluiceway.capture.mapping import TopicMap, to_columns
-from sluiceway.capture.metrics import CaptureMeter
+from sluiceway.capture.metrics import PublishMeter
 from sluiceway.capture.refusals import RefusalLog, RefusedChange, refused
 from sluiceway.cdc.errors import CdcError
 from sluiceway.cdc.pgoutput import format_lsn
@@ -129,7 +129,7 @@ class PublishTarget:
         timeout: float = 60.0,
         max_in_flight: int = 20_000,
         may_continue: Callable[[], bool] = lambda: True,
-        meter: CaptureMeter | None = None,
+        meter: PublishMeter | None = None,
         position_file: PositionFile | None = None,
         refusals: RefusalLog | None = None,
         dead_letter: DeadLetter | None = None,

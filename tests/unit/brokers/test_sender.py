@@ -41,7 +41,9 @@ class FakeClient:
     async def check(self) -> None:
         await self.connect()
 
-    async def publish(self, messages: Sequence[Message]) -> list[Ack | BrokerError]:
+    async def publish(
+        self, messages: Sequence[Message], *, positions: bool = True
+    ) -> list[Ack | BrokerError]:
         for m in messages:
             if m.key in self.in_flight_keys:
                 self.overlap.append(m.key)

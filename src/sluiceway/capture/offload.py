@@ -1,0 +1,387 @@
+"""Publishing from a process of its own: the slot is read and decoded here, the changes sent there.
+
+One Python process holds one core at a time (the GIL). A capture does two things per change:
+decode and assemble it (about 2.5 µs here), then make its message and hand it to the broker's
+client library (5 to 10 µs: redis-py's pipeline, nats-py, the sender's loop). In one process they
+take turns on one core; :class:`ProcessTarget` puts the second in a child process, so the two run
+on two cores. What crosses is small: each append's Arrow batch (the stream's order), pickled as
+Arrow IPC, down a pipe; back come the durable positions, failures, counts and log lines.
+
+Why it is shaped so:
+
+* The child runs the very :class:`~sluiceway.capture.target.PublishTarget` a capture runs in
+  process, opened from the same configuration (:func:`~sluiceway.capture.publishing.open_target`):
+  what is confirmed, refused, skipped or dead-lettered is decided in one place. The position the
+  parent confirms to PostgreSQL is only ever one the child reported durable, so the rule holds:
+  a position is confirmed only once the destination acknowledged everything before it.
+* Leadership is the parent's. The child asks a flag in shared memory before each attempt (its
+  ``may_send``); the parent clears it the moment it sees leadership gone (a reader thread looks
+  every 10 ms, and at every ``check``) and when the term closes.
+* The child never outlives its term: it asks the kernel for SIGKILL when the parent dies (Linux's
+  parent-death signal, ``kill -9`` of the capture included) and stops at the pipe's end
+  elsewhere. A child that dies ends the term (:class:`DeliveryFailed`); the next term sends again
+  from the confirmed position, as after a lost connection.
+* The parent keeps its own window (changes handed over, not yet durable) and waits for room with
+  the same short looks at failures and leadership as the in-process target, so a full pipe never
+  blocks a term that should end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+import pyarrow as pa
+
+from sluiceway.capture.config import CaptureConfig
+from sluiceway.capture.metrics import CaptureMeter, commit_sample
+from sluiceway.capture.publishing import Wrapper, open_target, published_file
+from sluiceway.capture.target import DeliveryFailed, UndeliverableChange
+from sluiceway.cdc.errors import CdcError
+from sluiceway.outbox.record import RecordColumns
+
+log = logging.getLogger("sluiceway.capture")
+
+#: How often the parent looks at leadership while nothing else wakes it.
+LEADERSHIP_LOOK = 0.01
+#: How long a closing child may take to let its last acknowledgements in and disconnect.
+CLOSE_WAIT = 20.0
+#: The failures a child reports by name, raised as such in the parent; any other is a CdcError
+#: that stops the capture, as an unexpected error of the in-process target would.
+_FAILURES: dict[str, type[CdcError]] = {
+    "DeliveryFailed": DeliveryFailed,
+    "UndeliverableChange": UndeliverableChange,
+}
+
+
+class ProcessTarget:
+    """A pipelined :class:`~sluiceway.cdc.target.CaptureTarget` whose publishing runs in a child
+    process; see the module docstring. Opening it starts the child and waits until its client is
+    ready (or raises what refused it, as the in-process target's opening would)."""
+
+    pipelined = True
+
+    def __init__(
+        self,
+        config: CaptureConfig,
+        epoch: int,
+        *,
+        may_continue: Callable[[], bool],
+        meter: CaptureMeter | None = None,
+        wrap: Wrapper | None = None,
+        max_in_flight: int = 20_000,
+    ) -> None:
+        self.config = config
+        self.may_continue = may_continue
+        self.meter = meter
+        self.max_in_flight = max_in_flight
+        #: Called (from the reader thread) with each new durable position.
+        self.on_durable: Callable[[int], None] = lambda position: None
+        self._position_file = published_file(config.capture)
+        context = multiprocessing.get_context("spawn")  # the capture has threads: never fork it
+        self._leading = context.RawValue(ctypes.c_bool, True)
+        self._conn, child_end = context.Pipe()
+        level = logging.getLogger("sluiceway").getEffectiveLevel()
+        self._process = context.Process(
+            target=_serve,
+            args=(child_end, config, epoch, self._leading, os.getpid(), level, wrap),
+            name=f"sluice-capture-publisher-{config.capture.name}",
+            daemon=True,
+        )
+        self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)
+        self._sent: deque[tuple[int, int]] = deque()  # (end, changes) of appends not yet durable
+        self._in_flight = 0
+        self._failure: CdcError | None = None
+        self._durable = 0
+        self._closing = False
+        self._process.start()
+        child_end.close()
+        try:
+            self._await_ready()
+        except BaseException:
+            self._stop_child()
+            raise
+        self._reader = threading.Thread(target=self._read, name="sluice-capture-relay", daemon=True)
+        self._reader.start()
+
+    # -- the CaptureTarget port ------------------------------------------------------------------
+    def position(self) -> int | None:
+        """What this target published last (None: nothing recorded — the slot's position rules)."""
+        return self._position_file.read()
+
+    def append(self, batch: pa.RecordBatch, end: int) -> None:
+        count = batch.num_rows
+        with self._room:
+            while self._in_flight and self._in_flight + count > self.max_in_flight:
+                self._check_locked()
+                self._room.wait(0.05)
+            self._check_locked()
+            self._sent.append((end, count))
+            self._in_flight += count
+        try:
+            self._conn.send(("append", batch, end))
+        except OSError as exc:  # the child is gone: its exit is the story (the reader tells it)
+            self._process.join(1.0)
+            raise self._failure or self._gone(exc) from exc
+
+    def check(self) -> None:
+        """Raise what ended deliveries: a failed change, leadership gone, the child gone, or an
+        append not acknowledged in time (the child's own target decides that)."""
+        with self._lock:
+            self._check_locked()
+
+    def close(self) -> None:
+        self._closing = True
+        self._leading.value = False  # no attempt starts after the term: the next leader's are next
+        with contextlib.suppress(OSError):
+            self._conn.send(("close",))
+        self._process.join(CLOSE_WAIT)
+        self._stop_child()
+        self._reader.join(5.0)
+        self._conn.close()
+
+    # -- the parent's side -----------------------------------------------------------------------
+    def _check_locked(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+        if not self.may_continue():
+            self._leading.value = False
+            raise DeliveryFailed("leadership ended while changes awaited their acknowledgements")
+
+    def _await_ready(self) -> None:
+        """Until the child's client is ready; raise what it reported instead, or that leadership
+        went meanwhile."""
+        while not self._conn.poll(LEADERSHIP_LOOK * 10):
+            if not self.may_continue():
+                raise DeliveryFailed("leadership ended while the publishing process started")
+            if not self._process.is_alive():
+                raise self._gone(None)
+        while True:
+            try:
+                message = self._conn.recv()
+            except (EOFError, OSError) as exc:
+                raise self._gone(exc) from exc
+            if message[0] == "ready":
+                return
+            if message[0] == "failed":
+                raise _failure_of(message[1], message[2])
+            self._relay(message)  # a log line of its start
+
+    def _read(self) -> None:
+        """The child's reports, in order, until it closes; leadership looked at between them."""
+        conn = self._conn
+        while True:
+            try:
+                if not conn.poll(LEADERSHIP_LOOK):
+                    if not self.may_continue():
+                        self._leading.value = False
+                    continue
+                message = conn.recv()
+            except (EOFError, OSError) as exc:
+                if not self._closing:
+                    self._process.join(1.0)
+                    self._fail(self._gone(exc))
+                return
+            if message[0] == "closed":
+                return
+            self._relay(message)
+
+    def _relay(self, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == "durable":
+            self._moved(message[1])
+        elif kind == "failed":
+            self._fail(_failure_of(message[1], message[2]))
+        elif kind == "published":
+            if self.meter is not None:
+                self.meter.count_published(message[1], message[2], message[3])
+        elif kind == "skipped":
+            if self.meter is not None:
+                self.meter.skipped(message[1])
+        elif kind == "dead_lettered":
+            if self.meter is not None:
+                self.meter.dead_lettered()
+        elif kind == "log":
+            record = logging.makeLogRecord(message[1])
+            logger = logging.getLogger(record.name)
+            if logger.isEnabledFor(record.levelno):
+                logger.handle(record)
+
+    def _moved(self, position: int) -> None:
+        with self._room:
+            while self._sent and self._sent[0][0] <= position:
+                self._in_flight -= self._sent.popleft()[1]
+            self._room.notify_all()
+        if position > self._durable:
+            self._durable = position
+            self.on_durable(position)
+
+    def _fail(self, failure: CdcError) -> None:
+        with self._room:
+            # The first failure ends the term; a refusal found meanwhile is the one to report.
+            if self._failure is None or (
+                isinstance(failure, UndeliverableChange)
+                and not isinstance(self._failure, UndeliverableChange)
+            ):
+                self._failure = failure
+            self._room.notify_all()
+
+    def _gone(self, exc: BaseException | None) -> DeliveryFailed:
+        code = self._process.exitcode
+        how = (
+            "is still running"
+            if code is None
+            else f"was killed by signal {-code}"
+            if code < 0
+            else f"exited with status {code}"
+        )
+        why = f" ({exc})" if exc is not None and str(exc) else ""
+        return DeliveryFailed(f"the capture's publishing process {how}{why}")
+
+    def _stop_child(self) -> None:
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(5.0)
+
+
+def _failure_of(kind: str, text: str) -> CdcError:
+    return _FAILURES.get(kind, CdcError)(text)
+
+
+# -- the child's side ---------------------------------------------------------------------------------
+class _Outbox:
+    """The child's side of the pipe: reports sent whole from any of its threads, one at a time."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self._lock = threading.Lock()
+
+    def __call__(self, *message: Any) -> None:
+        with self._lock, contextlib.suppress(OSError):  # the parent is gone: its death ends us
+            self.conn.send(message)
+
+
+class _RelayMeter:
+    """The :class:`CaptureMeter` calls a :class:`PublishTarget` makes, sent to the parent's meter."""
+
+    def __init__(self, report: _Outbox) -> None:
+        self.report = report
+
+    def published(self, records: RecordColumns, batch: pa.RecordBatch) -> None:
+        size = sum(map(len, filter(None, records.values)))
+        self.report("published", len(records), size, commit_sample(batch))
+
+    def skipped(self, count: int) -> None:
+        self.report("skipped", count)
+
+    def dead_lettered(self) -> None:
+        self.report("dead_lettered")
+
+
+class _RelayHandler(logging.Handler):
+    """The child's log records, formatted, to the parent (whose handlers and format apply)."""
+
+    def __init__(self, report: _Outbox) -> None:
+        super().__init__()
+        self.report = report
+
+    def emit(self, record: logging.LogRecord) -> None:
+        fields = {
+            "name": record.name,
+            "levelno": record.levelno,
+            "levelname": record.levelname,
+            "msg": record.getMessage(),
+            "created": record.created,
+            "processName": record.processName,
+        }
+        if record.exc_info:
+            fields["exc_text"] = logging.Formatter().formatException(record.exc_info)
+        self.report("log", fields)
+
+
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL when the parent dies (Linux): a child of a killed capture must not publish on."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # it died before the request took effect
+        os._exit(1)
+
+
+def _serve(
+    conn: Connection,
+    config: CaptureConfig,
+    epoch: int,
+    leading: Any,
+    parent: int,
+    level: int,
+    wrap: Wrapper | None,
+) -> None:
+    """The child process: a :class:`PublishTarget` fed the parent's appends until it says close."""
+    _die_with_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it closes us
+    report = _Outbox(conn)
+    root = logging.getLogger()
+    root.handlers[:] = [_RelayHandler(report)]
+    logging.getLogger("sluiceway").setLevel(level)
+    from sluiceway.heap import tune_collector
+
+    tune_collector()  # as the capture's own process is
+
+    def may_continue() -> bool:
+        return bool(leading.value)
+
+    try:
+        target = open_target(
+            config.capture, epoch, may_continue=may_continue, meter=_RelayMeter(report), wrap=wrap
+        )
+    except BaseException as exc:
+        report("failed", type(exc).__name__, str(exc))
+        return
+    target.on_durable = lambda position: report("durable", position)
+    report("ready")
+    failed = False
+    try:
+        while True:
+            if not conn.poll(0.05):
+                if not failed:
+                    failed = _reported(report, target.check)
+                continue
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                leading.value = False  # the parent is gone: start nothing more
+                return
+            if message[0] == "close":
+                return
+            if not failed:  # after a failure the parent ends the term: what comes is dropped
+                failed = _reported(report, target.append, message[1], message[2])
+    finally:
+        with contextlib.suppress(Exception):
+            target.close()
+        report("closed")
+
+
+def _reported(report: _Outbox, call: Callable[..., None], *args: Any) -> bool:
+    """``call(*args)``; what it raised reported to the parent (True), as the term's end."""
+    try:
+        call(*args)
+    except Exception as exc:
+        report("failed", type(exc).__name__, " ".join(str(exc).split()) or type(exc).__name__)
+        return True
+    return False
+
+
+__all__ = ["ProcessTarget"]
