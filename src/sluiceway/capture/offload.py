@@ -21,9 +21,14 @@ Why it is shaped so:
   parent-death signal, ``kill -9`` of the capture included) and stops at the pipe's end
   elsewhere. A child that dies ends the term (:class:`DeliveryFailed`); the next term sends again
   from the confirmed position, as after a lost connection.
-* The parent keeps its own window (changes handed over, not yet durable) and waits for room with
-  the same short looks at failures and leadership as the in-process target, so a full pipe never
-  blocks a term that should end.
+* The parent keeps the window (changes handed over, not yet durable) and waits for room with the
+  same short looks at failures and leadership as the in-process target; the child's own target
+  has no window of its own, so its main thread is always back at the pipe at once and a send to
+  it never waits long. The term's end is the pipe's end (a shutdown, never a send), so closing
+  cannot wait on a full pipe either.
+* Whatever stops the relay — an error in it, the child gone, a child that ends without being
+  told — is the term's failure, raised at the next ``append`` or ``check``: a term never waits on
+  a relay that is no more.
 """
 
 from __future__ import annotations
@@ -34,8 +39,10 @@ import logging
 import multiprocessing
 import os
 import signal
+import socket
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -55,7 +62,9 @@ log = logging.getLogger("sluiceway.capture")
 #: How often the parent looks at leadership while nothing else wakes it.
 LEADERSHIP_LOOK = 0.01
 #: How long a closing child may take to let its last acknowledgements in and disconnect.
-CLOSE_WAIT = 20.0
+CLOSE_WAIT = 30.0
+#: The child's own window: none (the parent's bounds what is in flight).
+_UNBOUNDED = 1 << 62
 #: The failures a child reports by name, raised as such in the parent; any other is a CdcError
 #: that stops the capture, as an unexpected error of the in-process target would.
 _FAILURES: dict[str, type[CdcError]] = {
@@ -92,9 +101,10 @@ class ProcessTarget:
         self._leading = context.RawValue(ctypes.c_bool, True)
         self._conn, child_end = context.Pipe()
         level = logging.getLogger("sluiceway").getEffectiveLevel()
+        root_level = logging.getLogger().getEffectiveLevel()
         self._process = context.Process(
             target=_serve,
-            args=(child_end, config, epoch, self._leading, os.getpid(), level, wrap),
+            args=(child_end, config, epoch, self._leading, os.getpid(), level, root_level, wrap),
             name=f"sluice-capture-publisher-{config.capture.name}",
             daemon=True,
         )
@@ -105,12 +115,18 @@ class ProcessTarget:
         self._failure: CdcError | None = None
         self._durable = 0
         self._closing = False
-        self._process.start()
+        try:
+            self._process.start()
+        except BaseException:  # the wrapper cannot be pickled, say
+            self._conn.close()
+            child_end.close()
+            raise
         child_end.close()
         try:
             self._await_ready()
         except BaseException:
             self._stop_child()
+            self._conn.close()
             raise
         self._reader = threading.Thread(target=self._read, name="sluice-capture-relay", daemon=True)
         self._reader.start()
@@ -144,17 +160,23 @@ class ProcessTarget:
     def close(self) -> None:
         self._closing = True
         self._leading.value = False  # no attempt starts after the term: the next leader's are next
-        with contextlib.suppress(OSError):
-            self._conn.send(("close",))
+        # The pipe's end tells the child to finish (after what it has not read yet): a shutdown
+        # never waits, where a send might, on a full pipe.
+        with contextlib.suppress(OSError), socket.socket(fileno=os.dup(self._conn.fileno())) as sock:
+            sock.shutdown(socket.SHUT_WR)
         self._process.join(CLOSE_WAIT)
         self._stop_child()
         self._reader.join(5.0)
-        self._conn.close()
+        if not self._reader.is_alive():
+            self._conn.close()
+        self._process.close()
 
     # -- the parent's side -----------------------------------------------------------------------
     def _check_locked(self) -> None:
         if self._failure is not None:
             raise self._failure
+        if not self._reader.is_alive():  # cannot be: the relay records why it ends
+            raise DeliveryFailed("the capture's publishing relay ended")
         if not self.may_continue():
             self._leading.value = False
             raise DeliveryFailed("leadership ended while changes awaited their acknowledgements")
@@ -162,16 +184,17 @@ class ProcessTarget:
     def _await_ready(self) -> None:
         """Until the child's client is ready; raise what it reported instead, or that leadership
         went meanwhile."""
-        while not self._conn.poll(LEADERSHIP_LOOK * 10):
-            if not self.may_continue():
-                raise DeliveryFailed("leadership ended while the publishing process started")
-            if not self._process.is_alive():
-                raise self._gone(None)
         while True:
+            if not self._conn.poll(LEADERSHIP_LOOK * 10):
+                if not self.may_continue():
+                    raise DeliveryFailed("leadership ended while the publishing process started")
+                if not self._process.is_alive():
+                    raise self._early_exit(None)
+                continue
             try:
                 message = self._conn.recv()
             except (EOFError, OSError) as exc:
-                raise self._gone(exc) from exc
+                raise self._early_exit(exc) from exc
             if message[0] == "ready":
                 return
             if message[0] == "failed":
@@ -179,23 +202,35 @@ class ProcessTarget:
             self._relay(message)  # a log line of its start
 
     def _read(self) -> None:
-        """The child's reports, in order, until it closes; leadership looked at between them."""
+        """The child's reports, in order, until it closes; leadership looked at every
+        :data:`LEADERSHIP_LOOK`, busy or not. Whatever ends it early is the term's failure."""
         conn = self._conn
-        while True:
-            try:
-                if not conn.poll(LEADERSHIP_LOOK):
+        look_at = 0.0
+        try:
+            while True:
+                now = time.monotonic()
+                if now >= look_at:
+                    look_at = now + LEADERSHIP_LOOK
                     if not self.may_continue():
                         self._leading.value = False
-                    continue
-                message = conn.recv()
-            except (EOFError, OSError) as exc:
-                if not self._closing:
-                    self._process.join(1.0)
-                    self._fail(self._gone(exc))
-                return
-            if message[0] == "closed":
-                return
-            self._relay(message)
+                try:
+                    if not conn.poll(LEADERSHIP_LOOK):
+                        continue
+                    message = conn.recv()
+                except (EOFError, OSError) as exc:
+                    if not self._closing:
+                        self._process.join(1.0)
+                        self._fail(self._gone(exc))
+                    return
+                if message[0] == "closed":
+                    if not self._closing:
+                        self._process.join(1.0)
+                        self._fail(self._gone(None))
+                    return
+                self._relay(message)
+        except Exception as exc:  # a report the parent could not take: the term cannot go on
+            log.exception("capture: relaying the publishing process's reports failed")
+            self._fail(CdcError(f"relaying the publishing process's reports failed: {exc}"))
 
     def _relay(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
@@ -248,6 +283,12 @@ class ProcessTarget:
         )
         why = f" ({exc})" if exc is not None and str(exc) else ""
         return DeliveryFailed(f"the capture's publishing process {how}{why}")
+
+    def _early_exit(self, exc: BaseException | None) -> CdcError:
+        """The child ended before it was ready without saying why (it could not start: an import,
+        a script without ``if __name__ == "__main__":`` run again by the spawn): no retry helps."""
+        self._process.join(1.0)
+        return CdcError(f"{self._gone(exc)} before it was ready; its error is above")
 
     def _stop_child(self) -> None:
         if self._process.is_alive():
@@ -327,14 +368,19 @@ def _serve(
     leading: Any,
     parent: int,
     level: int,
+    root_level: int,
     wrap: Wrapper | None,
 ) -> None:
     """The child process: a :class:`PublishTarget` fed the parent's appends until it says close."""
     _die_with_parent(parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it closes us
+    # Ctrl-C reaches a terminal's whole process group: it is the capture's to handle, and it
+    # closes us in turn. SIGTERM ends us (multiprocessing's own exit handler ends daemonic
+    # children so): what we had in flight is sent again by the next term.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     report = _Outbox(conn)
     root = logging.getLogger()
     root.handlers[:] = [_RelayHandler(report)]
+    root.setLevel(root_level)
     logging.getLogger("sluiceway").setLevel(level)
     from sluiceway.heap import tune_collector
 
@@ -345,43 +391,49 @@ def _serve(
 
     try:
         target = open_target(
-            config.capture, epoch, may_continue=may_continue, meter=_RelayMeter(report), wrap=wrap
+            config.capture,
+            epoch,
+            may_continue=may_continue,
+            meter=_RelayMeter(report),
+            wrap=wrap,
+            max_in_flight=_UNBOUNDED,  # the parent's window bounds it: we always read the pipe at once
         )
     except BaseException as exc:
         report("failed", type(exc).__name__, str(exc))
         return
     target.on_durable = lambda position: report("durable", position)
     report("ready")
-    failed = False
+    failed: str | None = None  # the kind of failure reported, if one was
     try:
         while True:
-            if not conn.poll(0.05):
-                if not failed:
-                    failed = _reported(report, target.check)
-                continue
             try:
+                if not conn.poll(0.05):
+                    # After a failure the parent ends the term; a refusal found meanwhile (the
+                    # cause of what failed first) is still told, as the in-process target would.
+                    if failed != "UndeliverableChange":
+                        target.check()
+                    continue
                 message = conn.recv()
             except (EOFError, OSError):
-                leading.value = False  # the parent is gone: start nothing more
+                leading.value = False  # the term is over (the parent closed, or is gone)
                 return
-            if message[0] == "close":
-                return
-            if not failed:  # after a failure the parent ends the term: what comes is dropped
-                failed = _reported(report, target.append, message[1], message[2])
+            except Exception as exc:
+                if failed != type(exc).__name__ and (failed is None or isinstance(exc, UndeliverableChange)):
+                    failed = type(exc).__name__
+                    report("failed", failed, " ".join(str(exc).split()) or failed)
+                continue
+            if failed is None:  # after a failure the parent ends the term: what comes is dropped
+                try:
+                    target.append(message[1], message[2])
+                except Exception as exc:
+                    failed = type(exc).__name__
+                    report("failed", failed, " ".join(str(exc).split()) or failed)
     finally:
-        with contextlib.suppress(Exception):
+        try:
             target.close()
+        except Exception:
+            log.warning("capture: closing the destination failed", exc_info=True)
         report("closed")
-
-
-def _reported(report: _Outbox, call: Callable[..., None], *args: Any) -> bool:
-    """``call(*args)``; what it raised reported to the parent (True), as the term's end."""
-    try:
-        call(*args)
-    except Exception as exc:
-        report("failed", type(exc).__name__, " ".join(str(exc).split()) or type(exc).__name__)
-        return True
-    return False
 
 
 __all__ = ["ProcessTarget"]

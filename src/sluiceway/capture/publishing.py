@@ -89,6 +89,7 @@ def open_target(
     meter: PublishMeter | None,
     publisher_factory: Callable[[int], Publisher] | None = None,
     wrap: Wrapper | None = None,
+    max_in_flight: int = 20_000,
 ) -> PublishTarget:
     """The term's :class:`PublishTarget`: its publisher (``publisher_factory``'s, else the
     configured destination's, wrapped by ``wrap``), its dead letters, what it published and refused."""
@@ -112,6 +113,7 @@ def open_target(
         leader=f"{c.name}:{epoch}",
         tombstones=c.tombstones,
         timeout=c.delivery_timeout,
+        max_in_flight=max_in_flight,
         may_continue=may_continue,
         meter=meter,
         position_file=published_file(c),

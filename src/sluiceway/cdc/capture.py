@@ -351,8 +351,9 @@ class Capture:
     def durable_at(self, position: int) -> None:
         """The target holds everything before ``position`` durably: confirm it to the server, and
         wake whoever waits for it (a pipelined target calls this from its own threads, in order)."""
-        if self._stream is not None:
-            self._stream.confirm(position)
+        stream = self._stream  # close() may clear it meanwhile: a pipelined target reports from its threads
+        if stream is not None:
+            stream.confirm(position)
         with self._moved:
             if position > self.durable:
                 self.durable = position

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 import time
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import typer
 from sluiceway.cli.common import METRICS_ADDR_HELP, fail, friendly_errors, setup_logging
 from sluiceway.errors import SluicewayError
 from sluiceway.heap import tune_collector
+from sluiceway.signals import run_service
 
 log = logging.getLogger("sluiceway.capture")
 
@@ -76,29 +75,19 @@ def _run(file: Path, metrics_addr: str | None, log_format: str) -> None:
         daemon.check()
     except SluicewayError as exc:
         raise fail(f"cannot start: {' '.join(str(exc).split())}") from None
-    done = threading.Event()
-
-    def on_signal(signum: int, frame: object) -> None:
-        log.info("received %s: stopping", signal.Signals(signum).name)
-        done.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     c = config.capture
+
+    def started() -> None:
+        log.info(
+            "capture %s started (slot %s, election %s, publishing to %s)",
+            c.name, c.slot, c.election.kind, c.describe_destination(),
+        )  # fmt: skip
+
     tune_collector()
-    daemon.start()
-    log.info(
-        "capture %s started (slot %s, election %s, publishing to %s)",
-        c.name, c.slot, c.election.kind, c.describe_destination(),
-    )  # fmt: skip
     try:
-        while not done.is_set():
-            if daemon.wait(timeout=0.2):
-                break
+        run_service(daemon, log=log, started=started)
     except SluicewayError as exc:
         raise fail(" ".join(str(exc).split())) from None
-    finally:
-        daemon.stop()
     log.info("capture stopped")
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import signal
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +21,7 @@ from sluiceway.db import Database
 from sluiceway.errors import ConfigError, DatabaseError, SluicewayError
 from sluiceway.feed import Feed, FeedStatus, FeedWorker, RateLimit, ScheduledWork, Status
 from sluiceway.heap import tune_collector
+from sluiceway.signals import stopping_on_signals
 
 app = typer.Typer(
     help=(
@@ -331,9 +331,6 @@ def worker(
         w.close()
         raise fail(f"cannot start: {' '.join(str(exc).split())}") from None
 
-    def on_signal(signum: int, frame: object) -> None:
-        w.request_stop()
-
     endpoint = None
     if metrics_addr:
         from sluiceway.feed.metrics import FeedMetrics
@@ -344,16 +341,14 @@ def worker(
         logging.getLogger("sluiceway.feed").info(
             "metrics on http://%s:%d/metrics", endpoint.host, endpoint.port
         )
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     tune_collector()
     try:
-        if until_idle:
-            w.run_until_idle()
-        else:
-            w.run()
+        with stopping_on_signals(lambda name: w.request_stop()):
+            if until_idle:
+                w.run_until_idle()
+            else:
+                w.run()
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         w.close()
         if endpoint is not None:
             endpoint.close()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +11,7 @@ import typer
 from sluiceway.cli.common import METRICS_ADDR_HELP, fail, friendly_errors, setup_logging
 from sluiceway.errors import SluicewayError
 from sluiceway.heap import tune_collector
+from sluiceway.signals import run_service
 
 if TYPE_CHECKING:
     from sluiceway.harvest.events import Stats
@@ -96,30 +95,21 @@ def reap(
             log.info("event: %s", event)
 
     harvest.set_event_handler(on_event)
-    done = threading.Event()
 
-    def on_signal(signum: int, frame: object) -> None:
+    def started() -> None:
         log.info(
-            "received %s: stopping (finishing in-flight deliveries, releasing leadership)",
-            signal.Signals(signum).name,
+            "harvester %s started (outbox %s, election %s, publishing to %s)",
+            config.harvest.name,
+            config.harvest.outbox_table,
+            config.harvest.election_kind,
+            config.harvest.describe_destination(),
         )
-        done.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     tune_collector()
-    harvest.start()
-    log.info(
-        "harvester %s started (outbox %s, election %s, publishing to %s)",
-        config.harvest.name,
-        config.harvest.outbox_table,
-        config.harvest.election_kind,
-        config.harvest.describe_destination(),
+    run_service(
+        harvest,
+        log=log,
+        stopping="stopping (finishing in-flight deliveries, releasing leadership)",
+        started=started,
     )
-    try:
-        while not done.is_set():
-            if harvest.wait(timeout=0.2):
-                break
-    finally:
-        harvest.stop()
     log.info("harvester stopped")

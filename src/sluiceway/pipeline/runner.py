@@ -11,14 +11,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-import signal
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from sluiceway.pipeline.checkpoint import CheckpointLock
@@ -41,6 +39,7 @@ from sluiceway.pipeline.sources.adapters import adapter
 from sluiceway.pipeline.spec import PipelineSpec
 from sluiceway.pipeline.state import RunState, StateStore
 from sluiceway.pipeline.transforms import apply_transforms
+from sluiceway.signals import stopping_on_signals
 
 if TYPE_CHECKING:
     from sluiceway.cdc.service import CaptureService
@@ -459,17 +458,13 @@ def first_line(text: str | None) -> str:
 
 @contextmanager
 def _signals(callback: Any, *, enabled: bool) -> Iterator[None]:
-    if not enabled or threading.current_thread() is not threading.main_thread():
+    if not enabled:
         yield
         return
 
-    def handler(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: stopping (in-flight batches finish first)", signum)
+    def stop(name: str) -> None:
+        log.info("received %s: stopping (in-flight batches finish first)", name)
         callback()
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with stopping_on_signals(stop):
         yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)

@@ -13,18 +13,15 @@ graceful shutdown short (uvicorn's own rule).
 from __future__ import annotations
 
 import os
-import signal
 import socket
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import uvicorn
 
 from sluiceway.errors import SluicewayError
+from sluiceway.signals import stopping_on_signals
 
 #: The signals that stop the console.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class ListenError(SluicewayError):
@@ -67,26 +64,11 @@ def _lower(reason: str) -> str:
     return reason[:1].lower() + reason[1:]
 
 
-@contextmanager
-def stopping_on_signals(stop: Any) -> Iterator[None]:
-    """Call ``stop()`` on SIGTERM or SIGINT while inside; the handlers found are put back after."""
-
-    def handler(signum: int, frame: Any) -> None:
-        stop()
-
-    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
 def serve(app: Any, sock: socket.socket) -> None:
     """Serve ``app`` on the bound ``sock`` until SIGTERM or SIGINT; return once stopped cleanly."""
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
 
-    def stop() -> None:
+    def stop(signal_name: str) -> None:
         server.should_exit = True  # also before uvicorn runs: it then starts and stops at once
 
     with stopping_on_signals(stop):

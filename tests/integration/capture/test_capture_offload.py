@@ -177,3 +177,31 @@ def test_a_destination_the_publishing_process_cannot_open_is_raised_by_the_captu
         ProcessTarget(CaptureConfig.from_dict(cfg), 1, may_continue=lambda: True)
     assert str(blocker) in str(caught.value) and "Traceback" not in str(caught.value)
     assert publishers_of(os.getpid()) == []
+
+
+def test_a_report_the_capture_cannot_take_ends_the_term_rather_than_hanging(tmp_path: Path) -> None:
+    from tests.unit.capture.test_target import batch
+
+    cfg = config("postgresql://127.0.0.1:9/none", "off_relay", tmp_path / "state",
+                 journal={"path": str(tmp_path / "j"), "fsync": False})  # fmt: skip
+    target = ProcessTarget(CaptureConfig.from_dict(cfg), 1, may_continue=lambda: True)
+
+    def broken(position: int) -> None:
+        raise RuntimeError("the stream is gone")
+
+    target.on_durable = broken
+    try:
+        target.append(batch(1 << 32, [("insert", "k1", '{"id": 1}')]), 1 << 32)
+
+        def failed() -> bool:
+            try:
+                target.check()
+            except CdcError:
+                return True
+            return False
+
+        wait_until(failed, timeout=20, message="the relay's failure to reach the term")
+        with pytest.raises(CdcError, match="the stream is gone"):
+            target.check()
+    finally:
+        target.close()
