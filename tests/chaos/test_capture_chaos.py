@@ -23,7 +23,7 @@ import yaml
 from sluiceway.testing import Broker, PrivatePostgres, free_port, wait_until
 from tests.support.brokers import make_place
 from tests.support.capture import SCHEMA, ItemsWriter, check_changes, config, parse, read_kafka, source_rows
-from tests.support.cdc import slot_confirmed
+from tests.support.cdc import slot_confirmed, wal_now
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -117,30 +117,23 @@ def run_chaos(
             wait_until(lambda: writer.ops > 0, timeout=10)
             time.sleep(2.5)  # changes flow; then the leader dies mid-stream
             procs.kill_leader()
-            dead_at = _wal_now(dsn)
+            dead_at = wal_now(dsn)
             procs.start()  # keep three
             wait_until(lambda: confirmed() >= dead_at, timeout=60, message="a standby to take over")  # noqa: B023
         pg.restart("fast")
-        back_at = _wal_now(dsn)
+        back_at = wal_now(dsn)
         wait_until(
             lambda: confirmed() >= back_at, timeout=90, message="the capture to resume after the restart"
         )
         time.sleep(2)
         writer.finish()
-        target = _wal_now(dsn)
+        target = wal_now(dsn)
         wait_until(lambda: confirmed() >= target, timeout=120, message="the capture to catch up")
         assert len(procs.alive()) == 3, "a capture process died"
     finally:
         writer.stop_event.set()
         procs.stop()
     return writer
-
-
-def _wal_now(dsn: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint").fetchone()
-        assert row is not None
-        return int(row[0])
 
 
 def test_kafka_three_processes_kill_9_twice_and_a_server_restart(

@@ -37,6 +37,15 @@ def parse(key: str, value: bytes | None, headers: Any) -> Change:
     return Change(key, sid, body["op"], None if after is None else int(after["version"]))
 
 
+def seed_items(dsn: str, rows: int) -> str:
+    """A fresh ``items`` table (:data:`SCHEMA`) with ``rows`` rows (``id`` = ``version`` = 1…rows)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS items")
+        conn.execute(SCHEMA)
+        conn.execute("INSERT INTO items SELECT g, g, 'seed' FROM generate_series(1, %s) g", (rows,))
+    return dsn
+
+
 def config(dsn: str, slot: str, state: Path, **destination: Any) -> dict[str, Any]:
     return {
         "capture": {

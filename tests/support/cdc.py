@@ -180,6 +180,14 @@ def version_regressions(records: Iterable[dict[str, Any]]) -> list[str]:
     return bad
 
 
+def wal_now(dsn: str) -> int:
+    """The server's WAL position now (what a slot has confirmed once it has caught up)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint").fetchone()
+        assert row is not None
+        return int(row[0])
+
+
 def slot_confirmed(dsn: str, slot: str) -> int:
     """The slot's confirmed position (0 when there is no such slot)."""
     with psycopg.connect(dsn, autocommit=True) as conn:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,33 +18,22 @@ from sluiceway.capture import Capture
 from sluiceway.testing import Broker, free_port, wait_until
 from tests.support.brokers import CuttableProxy, make_place
 from tests.support.capture import (
-    SCHEMA,
     ItemsWriter,
     check_changes,
     config,
     parse,
     read_kafka,
+    seed_items,
     source_rows,
 )
-from tests.support.cdc import journal_records, slot_confirmed
+from tests.support.cdc import journal_records, slot_confirmed, wal_now
 
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture
-def items(cdc_dsn: str) -> Iterator[str]:
-    with psycopg.connect(cdc_dsn, autocommit=True) as conn:
-        conn.execute("DROP TABLE IF EXISTS items")
-        conn.execute(SCHEMA)
-        conn.execute("INSERT INTO items SELECT g, g, 'seed' FROM generate_series(1, 150) g")
-    yield cdc_dsn
-
-
-def wal_now(dsn: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint").fetchone()
-        assert row is not None
-        return int(row[0])
+def items(cdc_dsn: str) -> str:
+    return seed_items(cdc_dsn, 150)
 
 
 def caught_up(dsn: str, slot: str, timeout: float = 60) -> None:

@@ -27,11 +27,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 import yaml
 
@@ -39,15 +38,15 @@ from sluiceway.capture import Capture
 from sluiceway.testing import Broker, free_port, wait_until
 from tests.support.brokers import PORTS, CuttableProxy, Place, make_place
 from tests.support.capture import (
-    SCHEMA,
     Change,
     ItemsWriter,
     check_changes,
     config,
     parse,
+    seed_items,
     source_rows,
 )
-from tests.support.cdc import journal_records, slot_confirmed
+from tests.support.cdc import journal_records, slot_confirmed, wal_now
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -60,19 +59,8 @@ DELAY = 2.0
 
 
 @pytest.fixture
-def items(cdc_dsn: str) -> Iterator[str]:
-    with psycopg.connect(cdc_dsn, autocommit=True) as conn:
-        conn.execute("DROP TABLE IF EXISTS items")
-        conn.execute(SCHEMA)
-        conn.execute("INSERT INTO items SELECT g, g, 'seed' FROM generate_series(1, 200) g")
-    yield cdc_dsn
-
-
-def wal_now(dsn: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint").fetchone()
-        assert row is not None
-        return int(row[0])
+def items(cdc_dsn: str) -> str:
+    return seed_items(cdc_dsn, 200)
 
 
 class Destination:

@@ -10,8 +10,8 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-import psycopg
 import pytest
 import yaml
 
@@ -21,20 +21,30 @@ from sluiceway.capture.offload import ProcessTarget
 from sluiceway.capture.target import DeliveryFailed
 from sluiceway.cdc.errors import CdcError
 from sluiceway.testing import wait_until
-from tests.support.brokers import make_place
-from tests.support.capture import SCHEMA, ItemsWriter, check_changes, config, parse, source_rows
-from tests.support.cdc import slot_confirmed
+from tests.support.brokers import Place, make_place
+from tests.support.capture import Change, ItemsWriter, check_changes, config, parse, seed_items, source_rows
+from tests.support.cdc import slot_confirmed, wal_now
 
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture
-def items(cdc_dsn: str) -> Iterator[str]:
-    with psycopg.connect(cdc_dsn, autocommit=True) as conn:
-        conn.execute("DROP TABLE IF EXISTS items")
-        conn.execute(SCHEMA)
-        conn.execute("INSERT INTO items SELECT g, g, 'seed' FROM generate_series(1, 150) g")
-    yield cdc_dsn
+def items(cdc_dsn: str) -> str:
+    return seed_items(cdc_dsn, 150)
+
+
+@pytest.fixture
+def place() -> Iterator[Place]:
+    """A Redis stream prefix of the test's own, removed after."""
+    made = make_place("redis")
+    yield made
+    made.cleanup()
+
+
+def redis_capture(dsn: str, slot: str, place: Place, state: Path, **more: object) -> dict[str, Any]:
+    cfg = config(dsn, slot, state, target=place.target())
+    cfg["capture"].update(topic=f"{place.prefix}.{{table}}", **more)
+    return cfg
 
 
 def publishers_of(pid: int) -> list[int]:
@@ -62,110 +72,96 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def wal_now(dsn: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint").fetchone()
-        assert row is not None
-        return int(row[0])
+def caught_up(dsn: str, slot: str, writer: ItemsWriter) -> None:
+    """Stop the writer, then wait until the slot has confirmed all it wrote."""
+    writer.finish()
+    end = wal_now(dsn)
+    wait_until(lambda: slot_confirmed(dsn, slot) >= end, timeout=60, message=f"slot {slot} to catch up")
 
 
-def test_the_publishing_process_dies_with_a_capture_killed_by_sigkill(items: str, tmp_path: Path) -> None:
-    place = make_place("redis")
+def everything(place: Place, writer: ItemsWriter) -> list[Change]:
+    """The changes the destination holds: the seeded rows' copies and every write."""
+    expected = 150 + sum(len(v) for v in writer.committed.values())
+    return [parse(k, v, h) for k, v, h in place.read(expected=expected)]
+
+
+def test_the_publishing_process_dies_with_a_capture_killed_by_sigkill(
+    items: str, place: Place, tmp_path: Path
+) -> None:
+    spec = tmp_path / "capture.yaml"
+    spec.write_text(
+        yaml.safe_dump(redis_capture(items, "off_kill", place, tmp_path / "state", snapshot="never"))
+    )
+    capture = subprocess.Popen(
+        [sys.executable, "-m", "sluiceway.cli.main", "capture", "-f", str(spec)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        cfg = config(items, "off_kill", tmp_path / "state", target=place.target())
-        cfg["capture"].update(topic=f"{place.prefix}.{{table}}", snapshot="never")
-        spec = tmp_path / "capture.yaml"
-        spec.write_text(yaml.safe_dump(cfg))
-        capture = subprocess.Popen(
-            [sys.executable, "-m", "sluiceway.cli.main", "capture", "-f", str(spec)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            wait_until(lambda: slot_confirmed(items, "off_kill") > 0, timeout=60, message="the slot")
-            children = publishers_of(capture.pid)
-            assert len(children) == 1, children
+        wait_until(lambda: slot_confirmed(items, "off_kill") > 0, timeout=60, message="the slot")
+        children = publishers_of(capture.pid)
+        assert len(children) == 1, children
+        capture.kill()
+        capture.wait(10)
+        # The kernel's parent-death signal: at once, not once its client gives up.
+        wait_until(lambda: not alive(children[0]), timeout=3, message="the publisher to die")
+    finally:
+        if capture.poll() is None:
             capture.kill()
             capture.wait(10)
-            # The kernel's parent-death signal: at once, not once its client gives up.
-            wait_until(lambda: not alive(children[0]), timeout=3, message="the publisher to die")
-        finally:
-            if capture.poll() is None:
-                capture.kill()
-                capture.wait(10)
-    finally:
-        place.cleanup()
 
 
 def test_a_publishing_process_that_dies_ends_the_term_and_the_next_sends_everything(
-    items: str, tmp_path: Path
+    items: str, place: Place, tmp_path: Path
 ) -> None:
-    place = make_place("redis")
-    try:
-        cfg = config(items, "off_child", tmp_path / "state", target=place.target())
-        cfg["capture"].update(topic=f"{place.prefix}.{{table}}", retryBackoff="0.2s")
-        writer = ItemsWriter(items, pace=0.003)
-        with Capture(cfg) as capture:
-            wait_until(lambda: slot_confirmed(items, "off_child") > 0, timeout=60, message="the slot")
-            writer.start()
-            wait_until(lambda: writer.ops >= 150, timeout=60, message="150 writes")
-            (child,) = publishers_of(os.getpid())
-            os.kill(child, signal.SIGKILL)
-            wait_until(lambda: capture.terms >= 2, timeout=30, message="a second term")
-            wait_until(lambda: writer.ops >= 400, timeout=60, message="400 writes")
-            writer.finish()
-            end = wal_now(items)
-            wait_until(lambda: slot_confirmed(items, "off_child") >= end, timeout=60, message="catch-up")
-            assert capture.is_leader
-        expected = 150 + sum(len(v) for v in writer.committed.values())
-        seen = [parse(k, v, h) for k, v, h in place.read(expected=expected)]
-        check_changes(seen, writer, source_rows(items))  # re-sends allowed, nothing lost or reordered
-    finally:
-        place.cleanup()
+    cfg = redis_capture(items, "off_child", place, tmp_path / "state", retryBackoff="0.2s")
+    writer = ItemsWriter(items, pace=0.003)
+    with Capture(cfg) as capture:
+        wait_until(lambda: slot_confirmed(items, "off_child") > 0, timeout=60, message="the slot")
+        writer.start()
+        wait_until(lambda: writer.ops >= 150, timeout=60, message="150 writes")
+        (child,) = publishers_of(os.getpid())
+        os.kill(child, signal.SIGKILL)
+        wait_until(lambda: capture.terms >= 2, timeout=30, message="a second term")
+        wait_until(lambda: writer.ops >= 400, timeout=60, message="400 writes")
+        caught_up(items, "off_child", writer)
+        assert capture.is_leader
+    # Re-sends allowed, nothing lost or reordered.
+    check_changes(everything(place, writer), writer, source_rows(items))
 
 
-def test_leadership_gone_stops_the_publishing_process_at_once(items: str, tmp_path: Path) -> None:
-    place = make_place("redis")
+def test_leadership_gone_stops_the_publishing_process_at_once(
+    items: str, place: Place, tmp_path: Path
+) -> None:
+    cfg = redis_capture(items, "off_lead", place, tmp_path / "state")
+    leading = [True]
+    target = ProcessTarget(CaptureConfig.from_dict(cfg), 1, may_continue=lambda: leading[0])
     try:
-        cfg = config(items, "off_lead", tmp_path / "state", target=place.target())
-        cfg["capture"].update(topic=f"{place.prefix}.{{table}}")
-        leading = [True]
-        target = ProcessTarget(CaptureConfig.from_dict(cfg), 1, may_continue=lambda: leading[0])
-        try:
-            (child,) = publishers_of(os.getpid())
+        (child,) = publishers_of(os.getpid())
+        target.check()
+        leading[0] = False
+        # The flag the child asks before each attempt is cleared by the parent's reader within
+        # its look, before any append or check of the capture's.
+        wait_until(lambda: not target._leading.value, timeout=1, interval=0.005)
+        with pytest.raises(DeliveryFailed, match="leadership ended"):
             target.check()
-            leading[0] = False
-            # The flag the child asks before each attempt is cleared by the parent's reader within
-            # its look, before any append or check of the capture's.
-            wait_until(lambda: not target._leading.value, timeout=1, interval=0.005)
-            with pytest.raises(DeliveryFailed, match="leadership ended"):
-                target.check()
-        finally:
-            target.close()
-        assert not alive(child)
     finally:
-        place.cleanup()
+        target.close()
+    assert not alive(child)
 
 
-def test_publishing_from_the_captures_own_process_still_works(items: str, tmp_path: Path) -> None:
-    place = make_place("redis")
-    try:
-        cfg = config(items, "off_none", tmp_path / "state", target=place.target())
-        cfg["capture"].update(topic=f"{place.prefix}.{{table}}", publishProcess=False)
-        writer = ItemsWriter(items, pace=0.003)
-        with Capture(cfg):
-            wait_until(lambda: slot_confirmed(items, "off_none") > 0, timeout=60, message="the slot")
-            assert publishers_of(os.getpid()) == []
-            writer.start()
-            wait_until(lambda: writer.ops >= 200, timeout=60, message="200 writes")
-            writer.finish()
-            end = wal_now(items)
-            wait_until(lambda: slot_confirmed(items, "off_none") >= end, timeout=60, message="catch-up")
-        expected = 150 + sum(len(v) for v in writer.committed.values())
-        seen = [parse(k, v, h) for k, v, h in place.read(expected=expected)]
-        assert check_changes(seen, writer, source_rows(items)) == 0
-    finally:
-        place.cleanup()
+def test_publishing_from_the_captures_own_process_still_works(
+    items: str, place: Place, tmp_path: Path
+) -> None:
+    cfg = redis_capture(items, "off_none", place, tmp_path / "state", publishProcess=False)
+    writer = ItemsWriter(items, pace=0.003)
+    with Capture(cfg):
+        wait_until(lambda: slot_confirmed(items, "off_none") > 0, timeout=60, message="the slot")
+        assert publishers_of(os.getpid()) == []
+        writer.start()
+        wait_until(lambda: writer.ops >= 200, timeout=60, message="200 writes")
+        caught_up(items, "off_none", writer)
+    assert check_changes(everything(place, writer), writer, source_rows(items)) == 0
 
 
 def test_a_destination_the_publishing_process_cannot_open_is_raised_by_the_capture(tmp_path: Path) -> None:
