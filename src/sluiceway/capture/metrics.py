@@ -32,6 +32,11 @@ def commit_sample(batch: pa.RecordBatch) -> list[int]:
     return [int(m) for m in commits[:: max(1, len(commits) // _SAMPLES)]]
 
 
+def value_bytes(records: RecordColumns) -> int:
+    """The bytes of the records' values (what ``sluice_capture_bytes_total`` counts)."""
+    return sum(map(len, filter(None, records.values)))
+
+
 class PublishMeter(Protocol):
     """What a :class:`~sluiceway.capture.target.PublishTarget` counts (a :class:`CaptureMeter`,
     or a relay of one in another process)."""
@@ -92,8 +97,8 @@ class CaptureMeter:
         return self._endpoint.host, self._endpoint.port
 
     def published(self, records: RecordColumns, batch: pa.RecordBatch) -> None:
-        size = sum(map(len, filter(None, records.values)))
-        self.count_published(len(records), size, commit_sample(batch) if self._prom is not None else ())
+        samples = commit_sample(batch) if self._prom is not None else ()
+        self.count_published(len(records), value_bytes(records), samples)
 
     def count_published(self, count: int, size: int, commits: Sequence[int]) -> None:
         """``count`` changes of ``size`` bytes handed over; ``commits``: a sample of their commit

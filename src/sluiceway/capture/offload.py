@@ -51,9 +51,9 @@ from typing import Any
 import pyarrow as pa
 
 from sluiceway.capture.config import CaptureConfig
-from sluiceway.capture.metrics import CaptureMeter, commit_sample
+from sluiceway.capture.metrics import CaptureMeter, commit_sample, value_bytes
 from sluiceway.capture.publishing import Wrapper, open_target, published_file
-from sluiceway.capture.target import DeliveryFailed, UndeliverableChange
+from sluiceway.capture.target import DeliveryFailed, UndeliverableChange, prevailing
 from sluiceway.cdc.errors import CdcError
 from sluiceway.outbox.record import RecordColumns
 
@@ -264,12 +264,7 @@ class ProcessTarget:
 
     def _fail(self, failure: CdcError) -> None:
         with self._room:
-            # The first failure ends the term; a refusal found meanwhile is the one to report.
-            if self._failure is None or (
-                isinstance(failure, UndeliverableChange)
-                and not isinstance(self._failure, UndeliverableChange)
-            ):
-                self._failure = failure
+            self._failure = prevailing(self._failure, failure)
             self._room.notify_all()
 
     def _gone(self, exc: BaseException | None) -> DeliveryFailed:
@@ -320,8 +315,7 @@ class _RelayMeter:
         self.report = report
 
     def published(self, records: RecordColumns, batch: pa.RecordBatch) -> None:
-        size = sum(map(len, filter(None, records.values)))
-        self.report("published", len(records), size, commit_sample(batch))
+        self.report("published", len(records), value_bytes(records), commit_sample(batch))
 
     def skipped(self, count: int) -> None:
         self.report("skipped", count)
@@ -403,31 +397,35 @@ def _serve(
         return
     target.on_durable = lambda position: report("durable", position)
     report("ready")
-    failed: str | None = None  # the kind of failure reported, if one was
+    failure: Exception | None = None  # the one reported
+
+    def tell(exc: Exception) -> None:
+        nonlocal failure
+        if prevailing(failure, exc) is not failure:
+            failure = exc
+            kind = type(exc).__name__
+            report("failed", kind, " ".join(str(exc).split()) or kind)
+
     try:
         while True:
             try:
                 if not conn.poll(0.05):
                     # After a failure the parent ends the term; a refusal found meanwhile (the
                     # cause of what failed first) is still told, as the in-process target would.
-                    if failed != "UndeliverableChange":
-                        target.check()
+                    target.check()
                     continue
                 message = conn.recv()
             except (EOFError, OSError):
                 leading.value = False  # the term is over (the parent closed, or is gone)
                 return
             except Exception as exc:
-                if failed != type(exc).__name__ and (failed is None or isinstance(exc, UndeliverableChange)):
-                    failed = type(exc).__name__
-                    report("failed", failed, " ".join(str(exc).split()) or failed)
+                tell(exc)
                 continue
-            if failed is None:  # after a failure the parent ends the term: what comes is dropped
+            if failure is None:  # after a failure the parent ends the term: what comes is dropped
                 try:
                     target.append(message[1], message[2])
                 except Exception as exc:
-                    failed = type(exc).__name__
-                    report("failed", failed, " ".join(str(exc).split()) or failed)
+                    tell(exc)
     finally:
         try:
             target.close()

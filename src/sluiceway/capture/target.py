@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import pyarrow as pa
 
@@ -50,6 +51,9 @@ log = logging.getLogger("sluiceway.capture")
 #: A dead letter's headers: the destination's refusal, and the topic it was refused on.
 REFUSAL_HEADER = "sluice.refusal"
 TOPIC_HEADER = "sluice.topic"
+
+
+_Failure = TypeVar("_Failure", bound=Exception)
 
 
 class DeliveryFailed(CdcError):
@@ -265,13 +269,7 @@ class PublishTarget:
     def _fail(self, failure: CdcError) -> None:
         with self._lock:
             self._in_flight -= 1
-            # The first failure ends the term; a refusal found meanwhile is the one to report (the
-            # others may only be its consequences: a key's later changes failed unsent).
-            refusal_found = isinstance(failure, UndeliverableChange) and not isinstance(
-                self._failure, UndeliverableChange
-            )
-            if self._failure is None or refusal_found:
-                self._failure = failure
+            self._failure = prevailing(self._failure, failure)
             if self._waiting:
                 self._room.notify_all()
 
@@ -346,6 +344,16 @@ class PublishTarget:
         self.publisher.close()
         if self.dead_letter is not None and self.dead_letter.publisher is not self.publisher:
             self.dead_letter.publisher.close()
+
+
+def prevailing(current: _Failure | None, new: _Failure) -> _Failure:
+    """The failure a term reports: the first, unless a refusal comes later — then the refusal (the
+    others may only be its consequences: a key's later changes failed unsent)."""
+    if current is None:
+        return new
+    if isinstance(new, UndeliverableChange) and not isinstance(current, UndeliverableChange):
+        return new
+    return current
 
 
 def _failure(delivery: Delivery) -> CdcError:
