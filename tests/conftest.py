@@ -220,6 +220,21 @@ def topic(kafka: Broker, request: pytest.FixtureRequest) -> str:
 
 
 # --- Spark ----------------------------------------------------------------------------------
+def pytest_configure(config: pytest.Config) -> None:
+    """Every driver JVM the tests start maps a class archive of Spark made once per ``.venv`` and
+    compiles with C1 only (tests/support/jvm.py): half of each start-up. Set here, in the process
+    that starts the xdist workers (they, and all they start, inherit it); ``SPARK_SUBMIT_OPTS``
+    already set is left as it is. A run of unit tests alone makes no archive."""
+    if hasattr(config, "workerinput") or "SPARK_SUBMIT_OPTS" in os.environ:
+        return
+    from tests.support.jvm import spark_submit_opts
+
+    unit = config.rootpath / "tests" / "unit"
+    paths = [Path(arg.split("::", 1)[0]).resolve() for arg in config.args]
+    make = not paths or not all(p.is_relative_to(unit) for p in paths)
+    os.environ["SPARK_SUBMIT_OPTS"] = spark_submit_opts(Path(sys.prefix) / "spark-cds", make=make)
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """One local[2] SparkSession for the whole test session."""
