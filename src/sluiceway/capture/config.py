@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from sluiceway.config.brokers import BrokerTarget
+from sluiceway.config.brokers import BrokerTarget, describe_destination
 from sluiceway.config.loader import load_file, validate
 from sluiceway.config.types import (
     DataSourceString,
@@ -190,12 +190,8 @@ class CaptureSection(StrictModel):
 
     def describe_destination(self) -> str:
         """One line, passwords masked: ``kafka 127.0.0.1:9092``, ``nats nats://…``, ``journal ./j``."""
-        if self.target is not None:
-            return self.target.describe()
-        if self.journal is not None:
-            return f"journal {self.journal.path}"
-        assert self.kafka is not None
-        return f"kafka {self.kafka.get('bootstrap.servers', '')}"
+        journal = self.journal.path if self.journal is not None else None
+        return describe_destination(self.target, journal, self.kafka)
 
     @property
     def producer_config(self) -> dict[str, Any]:

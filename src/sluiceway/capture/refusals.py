@@ -2,8 +2,8 @@
 
 A change a destination can never take (a 5 MB row into NATS, whose payload limit is 1 MB; a
 routing key no RabbitMQ queue is bound to, published ``mandatory``) would otherwise stop the
-capture for good while its slot keeps WAL on the primary. Seed 002's failure protocol, as the
-pipeline has it:
+capture for good while its slot keeps WAL on the primary. The failure protocol the pipeline's sinks
+have:
 
 * by default the capture **stops** on it, and records the *stuck* change here — table, key,
   position, size, the destination's words — for ``sluice capture inspect``;

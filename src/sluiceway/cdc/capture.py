@@ -1,7 +1,7 @@
 """The capture: stream a logical slot once, append every change to a target, confirm what it holds.
 
-Seed 002's shape: the reader appends each message to its own commit log and each writer keeps
-its own offset in that log. Here the slot is read once over the replication protocol
+A commit log with an offset per writer: the reader appends each message to the log and each
+writer keeps its own offset in it. Here the slot is read once over the replication protocol
 (:mod:`~sluiceway.cdc.stream`), each change decoded once by the server and parsed once by us,
 and appended in commit order to a :class:`~sluiceway.cdc.target.CaptureTarget` (a journal);
 the server is told to release WAL only up to what the target holds durably. The pipeline's

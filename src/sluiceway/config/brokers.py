@@ -8,7 +8,9 @@ specs; both spellings load either way.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field
 
@@ -131,3 +133,19 @@ class RedisTarget(RedisSettings, _Target):
 
 
 BrokerTarget = Annotated[NatsTarget | RabbitMqTarget | RedisTarget, Field(discriminator="type")]
+
+
+def describe_destination(
+    target: NatsTarget | RabbitMqTarget | RedisTarget | None,
+    journal: str | Path | None,
+    kafka: Mapping[str, Any] | None,
+) -> str:
+    """A harvester's or a capture's destination in one line for logs, events, metrics and
+    ``sluice status`` (passwords masked): the broker target if there is one, else the journal
+    if there is one, else Kafka — ``nats nats://host:4222 stream ORDERS``, ``journal ./journal``,
+    ``kafka 127.0.0.1:9092``."""
+    if target is not None:
+        return target.describe()
+    if journal is not None:
+        return f"journal {journal}"
+    return f"kafka {(kafka or {}).get('bootstrap.servers', '')}"

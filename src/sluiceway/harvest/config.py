@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from sluiceway.config.brokers import BrokerTarget
+from sluiceway.config.brokers import BrokerTarget, describe_destination
 from sluiceway.config.loader import load_file, validate
 from sluiceway.config.types import (
     Duration,
@@ -307,11 +307,8 @@ class Harvest(StrictModel):
     def describe_destination(self) -> str:
         """The destination in one line for logs, events, metrics and ``sluice outbox stats``
         (passwords masked): ``nats nats://host:4222 stream ORDERS``, ``journal ./journal``…"""
-        if self.target is not None:
-            return self.target.describe()
-        if self.journal is not None:
-            return f"journal {self.journal.path}"
-        return f"kafka {self.kafka_config.get('bootstrap.servers', '')}"
+        journal = self.journal.path if self.journal is not None else None
+        return describe_destination(self.target, journal, self.kafka_config)
 
     @property
     def dialect(self) -> Dialect:

@@ -1,7 +1,7 @@
 """What a sink does when a write fails: retry, then replay one record at a time (pure logic).
 
-Seed 002's rule, kept exactly: a failing bulk write is retried with backoff; if it keeps failing
-the batch is replayed *one record at a time, in order*, so every record before the bad one is
+The rule, kept exactly: a failing bulk write is retried with backoff; if it keeps failing the
+batch is replayed *one record at a time, in order*, so every record before the bad one is
 written; the bad record then either stops the sink (the error names its offset; everything
 before it is done) or, with a dead-letter sink, goes there and the replay carries on. Records
 are never written out of order, and never skipped silently.

@@ -1,8 +1,8 @@
 """Each sink's own small state beside its Spark checkpoint: progress inside a batch, last error,
 records an operator skipped, and the ``step`` budget.
 
-Spark's checkpoint says which micro-batches a sink's query committed (the per-writer offset log
-of seed 002). This file adds what Spark cannot know: how far *inside* an uncommitted batch the
+Spark's checkpoint says which micro-batches a sink's query committed (each writer's own offset
+in the one log). This file adds what Spark cannot know: how far *inside* an uncommitted batch the
 sink got before it stopped, so a replay resumes after the last good record rather than
 rewriting the batch; that the last batch was written in full (a replay after a crash between
 the write and Spark's commit is then skipped); and the operator's ``skip``/``step`` requests.

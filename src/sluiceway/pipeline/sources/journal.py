@@ -196,7 +196,7 @@ class JournalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, int]) -> None:
         if self.consumer:
-            # The journal's own per-consumer offset log (seed 002's per-writer offsets): lets
+            # The journal's own per-consumer offset log (each writer's own offset): lets
             # compaction and `sluice journal` see how far this query has got.
             with Journal.open(self.path, read_only=True) as journal:
                 journal.commit_offset(self.consumer, min(int(end["offset"]), journal.head))
