@@ -43,7 +43,7 @@ from sluiceway.capture.refusals import RefusalLog, RefusedChange, refused
 from sluiceway.cdc.errors import CdcError
 from sluiceway.cdc.pgoutput import format_lsn
 from sluiceway.errors import PublishError
-from sluiceway.harvest.ports import ColumnsDone, Delivery, Publisher, columns_via_send
+from sluiceway.harvest.ports import ColumnsDone, Delivery, Publisher, SendsColumns, columns_via_send
 from sluiceway.outbox.record import RecordColumns
 
 log = logging.getLogger("sluiceway.capture")
@@ -161,9 +161,10 @@ class PublishTarget:
         self._dead_letter_thread: threading.Thread | None = None
         #: Called (from a publisher's thread, or the appender's) with each new durable position.
         self.on_durable: Callable[[int], None] = lambda position: None
-        send_columns = getattr(publisher, "send_columns", None)
         self._send_columns: Callable[[RecordColumns, ColumnsDone], None] = (
-            send_columns if send_columns is not None else partial(columns_via_send, publisher)
+            publisher.send_columns
+            if isinstance(publisher, SendsColumns)
+            else partial(columns_via_send, publisher)
         )
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)

@@ -57,7 +57,7 @@ from sluiceway.harvest.events import (
     RecordDeadLettered,
     Stats,
 )
-from sluiceway.harvest.ports import Delivery, OutboxStore, Publisher, Wakeups
+from sluiceway.harvest.ports import Delivery, OutboxStore, Publisher, SendsMany, Wakeups, is_inline
 from sluiceway.harvest.sequence import with_sequence_headers
 from sluiceway.harvest.shards import ShardQueue
 from sluiceway.outage import BUSY_GRACE, OUTAGE_REMINDER, WarningThrottle
@@ -141,10 +141,10 @@ class Term:
         # broker senders' event loop) is called straight from the dispatching thread: a send
         # thread would only add a hand-off (two lock round trips and a wake-up per few records).
         # ``sendConcurrency`` and ``sendBuffer`` shape the send threads of the others.
-        self._inline = bool(getattr(engine.publisher, "inline", False))
+        self._inline = is_inline(engine.publisher)
         # Publishers that take a batch at once (the NATS, RabbitMQ and Redis ones) get it whole.
-        self._send_many: Callable[[list[MarkedRecord], Callable[[Delivery], None]], None] | None = getattr(
-            engine.publisher, "send_many", None
+        self._send_many: Callable[[list[MarkedRecord], Callable[[Delivery], None]], None] | None = (
+            engine.publisher.send_many if isinstance(engine.publisher, SendsMany) else None
         )
         self._shards = (
             []

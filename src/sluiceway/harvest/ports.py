@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from sluiceway.outbox.record import MarkedRecord, RecordColumns
 
@@ -79,20 +79,7 @@ class Publisher(Protocol):
 
     def send(self, record: MarkedRecord, on_done: Callable[[Delivery], None]) -> None: ...
 
-    # A publisher whose ``send`` only queues the record (it never waits on the destination, only
-    # on a full local queue) sets ``inline = True``: the engine then calls it on the thread that
-    # dispatched the records, with no send threads (``sendConcurrency``, ``sendBuffer``) between.
-    #
-    # A publisher may also offer ``send_many(records, on_done)``: the records in order, at once,
-    # with no synchronous failure part-way (it takes all or raises). The engine then hands it each
-    # send batch whole.
-    #
-    # And ``send_columns(columns: RecordColumns, done: ColumnsDone)``: many records made at once
-    # (``sluice capture``'s appends), in order, with no object per record on either side. Each
-    # record is reported exactly once: counted in ``done.acked`` or named in ``done.failed``. A
-    # record the destination refuses at once and for good (too large for the client) is reported
-    # through ``done.failed`` too and the rest are sent; any other synchronous error is raised,
-    # the rest unsent and unreported (the caller ends its use of the publisher).
+    # What a publisher may do besides: the abilities below (Inline, SendsMany, SendsColumns).
 
     def flush(self, timeout: float) -> int:
         """Wait for outstanding deliveries; return how many are still outstanding."""
@@ -113,6 +100,43 @@ class ColumnsDone(Protocol):
         ...
 
 
+@runtime_checkable
+class Inline(Protocol):
+    """A publisher whose ``send`` only queues the record (it never waits on the destination, only
+    on a full local queue) and says so with ``inline = True``: the engine then calls it on the
+    thread that dispatched the records, with no send threads (``sendConcurrency``,
+    ``sendBuffer``) between."""
+
+    inline: bool
+
+
+@runtime_checkable
+class SendsMany(Protocol):
+    """A publisher that takes a send batch whole (the engine then hands it each one)."""
+
+    def send_many(self, records: list[MarkedRecord], on_done: Callable[[Delivery], None]) -> None:
+        """The records in order, at once, with no synchronous failure part-way (all or raise)."""
+        ...
+
+
+@runtime_checkable
+class SendsColumns(Protocol):
+    """A publisher that takes many records made at once (``sluice capture``'s appends)."""
+
+    def send_columns(self, columns: RecordColumns, done: ColumnsDone) -> None:
+        """In order, with no object per record on either side. Each record is reported exactly
+        once: counted in ``done.acked`` or named in ``done.failed``. A record the destination
+        refuses at once and for good (too large for the client) is reported through
+        ``done.failed`` too and the rest are sent; any other synchronous error is raised, the rest
+        unsent and unreported (the caller ends its use of the publisher)."""
+        ...
+
+
+def is_inline(publisher: Publisher) -> bool:
+    """The publisher says its ``send`` only queues (:class:`Inline`)."""
+    return isinstance(publisher, Inline) and bool(publisher.inline)
+
+
 def columns_via_send(publisher: Publisher, columns: RecordColumns, done: ColumnsDone) -> None:
     """``send_columns`` for a publisher that has only ``send``/``send_many``: a record each."""
     records = columns.records()
@@ -124,9 +148,8 @@ def columns_via_send(publisher: Publisher, columns: RecordColumns, done: Columns
         else:
             done.failed(index[id(delivery.record)], delivery)
 
-    many = getattr(publisher, "send_many", None)
-    if many is not None:
-        many(records, on_done)
+    if isinstance(publisher, SendsMany):
+        publisher.send_many(records, on_done)
     else:
         for record in records:
             publisher.send(record, on_done)
