@@ -1,7 +1,7 @@
 """``Capture(config)``: stream one replication slot to a broker while this process is the leader.
 
 Parts, all of them already sluiceway's: the leader election of the harvester (a database lease
-by default, NELI with Kafka), the CDC capture engine (:class:`sluiceway.cdc.capture.Capture`:
+by default, NELI with Kafka), the CDC capture engine (:class:`sluiceway.cdc.capture.SlotCapture`:
 the slot read once, transactions assembled in commit order, the DBLog copy), and the
 harvester's publishers (Kafka, NATS JetStream, RabbitMQ, Redis Streams, the journal) behind a
 :class:`~sluiceway.capture.target.PublishTarget`.
@@ -29,8 +29,7 @@ from sluiceway.capture.metrics import CaptureMeter
 from sluiceway.capture.offload import ProcessTarget
 from sluiceway.capture.publishing import Wrapper, open_target
 from sluiceway.capture.target import DeliveryFailed, PublishTarget
-from sluiceway.cdc.capture import Capture as SlotCapture
-from sluiceway.cdc.capture import CaptureOptions
+from sluiceway.cdc.capture import CaptureOptions, SlotCapture
 from sluiceway.cdc.errors import SlotInUseError, StreamInterrupted
 from sluiceway.cdc.pgoutput import format_lsn
 from sluiceway.cdc.postgres import CdcSession, TableSpec

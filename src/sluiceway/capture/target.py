@@ -1,6 +1,6 @@
 """The capture's target when changes go to a broker: appends pipelined, confirmed once acknowledged.
 
-:class:`~sluiceway.cdc.capture.Capture` confirms to PostgreSQL only the *durable* position this
+:class:`~sluiceway.cdc.capture.SlotCapture` confirms to PostgreSQL only the *durable* position this
 target reports: the end of the last append that the destination acknowledged whole, with every
 append before it. So the flush position the server holds is always the end of a transaction
 whose every change the broker acknowledged; WAL after it stays on the server. Appends do not

@@ -17,19 +17,19 @@ edge: :mod:`~sluiceway.cdc.postgres` (SQL), :mod:`~sluiceway.cdc.stream` (the re
 protocol), :mod:`~sluiceway.cdc.state` (the copy's files), :mod:`~sluiceway.cdc.target`.
 """
 
-from sluiceway.cdc.capture import Capture, CaptureOptions
+from sluiceway.cdc.capture import CaptureOptions, SlotCapture
 from sluiceway.cdc.errors import CdcError, LostChangesError, SlotInUseError
 from sluiceway.cdc.service import CaptureService, describe
 from sluiceway.cdc.target import CaptureTarget, JournalTarget
 
 __all__ = [
-    "Capture",
     "CaptureOptions",
     "CaptureService",
     "CaptureTarget",
     "CdcError",
     "JournalTarget",
     "LostChangesError",
+    "SlotCapture",
     "SlotInUseError",
     "describe",
 ]

@@ -12,7 +12,7 @@ Three threads, one job each:
 
 * the **receiver** (in :class:`~sluiceway.cdc.stream.ReplicationStream`) reads messages and
   hands them over in lists;
-* the **appender** (:meth:`Capture.run`, on the caller's thread) cuts them into *units* — a
+* the **appender** (:meth:`SlotCapture.run`, on the caller's thread) cuts them into *units* — a
   committed transaction, or one of our watermarks — and, whenever the hand-over queue runs dry
   or enough has gathered, assembles the complete units (:func:`~sluiceway.cdc.assemble.assemble`,
   the same pure code the copy's watermark method lives in) and appends them as one append: a
@@ -110,10 +110,10 @@ class _Unit:
 
 
 @dataclass
-class Capture:
+class SlotCapture:
     """Streams ``options.slot`` into ``target``. ``run()`` until stopped, or ``catch_up()``.
 
-    >>> capture = Capture(options, JournalTarget("./data/cdc"))      # doctest: +SKIP
+    >>> capture = SlotCapture(options, JournalTarget("./data/cdc"))      # doctest: +SKIP
     >>> capture.prepare(); capture.catch_up()                           # doctest: +SKIP
     """
 

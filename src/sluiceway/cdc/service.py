@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from sluiceway.cdc.capture import Capture, CaptureOptions
+from sluiceway.cdc.capture import CaptureOptions, SlotCapture
 from sluiceway.cdc.errors import StreamInterrupted
 from sluiceway.cdc.pgoutput import format_lsn
 from sluiceway.cdc.target import JournalTarget
@@ -46,24 +46,24 @@ class CaptureService:
         #: The journal's readers (the pipeline's sinks): what all of them committed is released.
         self.consumers = consumers
         self.target: JournalTarget | None = None
-        self.capture: Capture | None = None
+        self.capture: SlotCapture | None = None
         self._thread: threading.Thread | None = None
         #: What ended the background capture, if it failed.
         self.error: BaseException | None = None
         self._closing = threading.Event()
 
-    def prepare(self) -> Capture:
+    def prepare(self) -> SlotCapture:
         if not self.log_dir.exists():
             # Nothing is made (directory, journal, publication, slot) before every check that can
             # refuse has passed: with no log yet, the checks run first against an empty one.
-            probe = Capture(self.options, _NoLogYet())
+            probe = SlotCapture(self.options, _NoLogYet())
             try:
                 probe.check()
             finally:
                 probe.close()
         self.log_dir.parent.mkdir(parents=True, exist_ok=True)
         self.target = JournalTarget(str(self.log_dir), consumers=self.consumers)
-        self.capture = Capture(self.options, self.target)
+        self.capture = SlotCapture(self.options, self.target)
         try:
             self.capture.prepare()
         except BaseException:
@@ -112,7 +112,7 @@ class CaptureService:
             capture.close()
             while not self._closing.wait(delay):
                 delay = min(delay * 2, 10.0)
-                retry = Capture(self.options, capture.target)
+                retry = SlotCapture(self.options, capture.target)
                 try:
                     retry.prepare()
                     retry.start()
@@ -205,7 +205,7 @@ def describe(service: CaptureService) -> dict[str, Any]:
 
 
 class _NoLogYet:
-    """The capture's log before it exists: it holds nothing (for :meth:`Capture.check`)."""
+    """The capture's log before it exists: it holds nothing (for :meth:`SlotCapture.check`)."""
 
     def position(self) -> int | None:
         return None

@@ -7,7 +7,7 @@ it reports is what the capture confirms to PostgreSQL, so the server releases WA
 target holds it, and after a crash the capture resumes from it without loss or a second copy.
 A broker is a target too (``sluiceway.capture.target.PublishTarget``): a *pipelined* one, which
 returns before its destination acknowledges and reports the durable position later, through
-``Capture.durable_at``.
+``SlotCapture.durable_at``.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from sluiceway.cdc.capture import Capture, CaptureOptions
+from sluiceway.cdc.capture import CaptureOptions, SlotCapture
 from sluiceway.cdc.errors import LostChangesError
 from sluiceway.cdc.service import CaptureService
 from sluiceway.cdc.target import JournalTarget
@@ -46,7 +46,7 @@ class Running:
 
     def __init__(self, opts: CaptureOptions, log: Path) -> None:
         self.target = JournalTarget(str(log))
-        self.capture = Capture(opts, self.target)
+        self.capture = SlotCapture(opts, self.target)
         self.capture.prepare()
         self.capture.start()
         self.error: BaseException | None = None
@@ -142,7 +142,7 @@ def test_a_log_behind_its_slot_is_refused_as_lost_changes(tables: str, tmp_path:
         conn.execute("SELECT pg_drop_replication_slot('cap_lost')")
         conn.execute("UPDATE orders SET version = version + 1 WHERE id <= 10")
         conn.execute("SELECT pg_create_logical_replication_slot('cap_lost', 'pgoutput')")
-    capture = Capture(opts, JournalTarget(str(tmp_path / "log")))
+    capture = SlotCapture(opts, JournalTarget(str(tmp_path / "log")))
     with pytest.raises(LostChangesError, match="changes in between are gone"):
         capture.prepare()
     capture.close()
@@ -180,7 +180,7 @@ def test_the_slot_follows_writes_outside_the_publication_yet_never_passes_the_lo
     held = int(Journal.open(tmp_path / "log", read_only=True).registers()["cdc.lsn"])
     assert start < slot_confirmed(dsn, "cap_quiet") <= held
     assert capture_records(tmp_path / "log") == []
-    again = Capture(
+    again = SlotCapture(
         options(dsn, tmp_path, "cap_quiet", snapshot="never"), JournalTarget(str(tmp_path / "log"))
     )
     try:
