@@ -33,13 +33,30 @@ import pyarrow as pa
 
 from sluiceway.cdc.columnar import RowResult, decode_group
 from sluiceway.cdc.model import Chunk, ChunkLoader, Row, Stretch, TableInfo, TypeResolver
-from sluiceway.cdc.pgoutput import Begin, Commit, Message, Relation, Truncate, decode
+from sluiceway.cdc.pgoutput import (
+    BEGIN,
+    COMMIT,
+    DELETE,
+    INSERT,
+    MESSAGE,
+    RELATION,
+    TRUNCATE,
+    UPDATE,
+    Begin,
+    Commit,
+    Message,
+    Relation,
+    Truncate,
+    decode,
+)
 from sluiceway.cdc.records import build_records
 from sluiceway.cdc.relation import RelationDecoder
 from sluiceway.cdc.watermark import Mark, Watermark
 from sluiceway.errors import InvariantViolation
 
 _RELID = struct.Struct(">I")
+#: The messages that are row changes (the bulk of a stretch).
+_ROW_CHANGES = frozenset((INSERT, UPDATE, DELETE))
 
 
 @dataclass(slots=True)
@@ -73,12 +90,125 @@ class _Groups:
         return len(self.tables) - 1
 
 
+@dataclass(slots=True)
+class _Reader:
+    """Pass 1 of :func:`assemble` over the messages that are not row changes: where transactions
+    begin and commit, the relations, truncates and watermarks, and where the batch ends."""
+
+    start: int
+    upper: int | None
+    limit: int | None
+    prefix: str
+    tables: Mapping[str, TableInfo]
+    types: TypeResolver
+    live: Mapping[int, Chunk]
+    closes: Mapping[int, Mark]
+    groups: _Groups = field(default_factory=_Groups)
+    stretch: Stretch = field(default_factory=Stretch)
+    #: relid → the group of its current version (None: a table not captured)
+    relations: dict[int, int | None] = field(default_factory=dict)
+    #: Chunks whose window is open (between their L and H/A).
+    window: set[int] = field(default_factory=set)
+    #: The position reached.
+    end: int = 0
+    pending: int | None = None
+    #: The transaction being read (its index in the stretch), when in range.
+    txn: int | None = None
+    began: Begin | None = None
+
+    def begin(self, data: bytes) -> int | None:
+        """A transaction begins: its index in the stretch if it is in range, else None."""
+        message = decode(data)
+        assert isinstance(message, Begin)
+        self.began = message
+        stretch, upper = self.stretch, self.upper
+        in_range = message.final_lsn >= self.start and (upper is None or message.final_lsn < upper)
+        self.txn = len(stretch.positions) if in_range else None
+        if self.txn is not None:
+            stretch.positions.append(0)
+            stretch.xids.append(message.xid)
+            stretch.times.append(message.commit_time)
+            stretch.first_item.append(len(stretch.item_seq))
+            stretch.commit_seq.append(0)
+        return self.txn
+
+    def commit(self, data: bytes) -> bool:
+        """A transaction commits; True: the batch ends here (its limit reached outside a window)."""
+        commit = decode(data)
+        assert isinstance(commit, Commit)
+        was, self.txn, self.began = self.txn, None, None
+        if was is None:
+            return False
+        stretch = self.stretch
+        stretch.positions[was] = self.end = commit.end_lsn
+        stretch.commit_seq[was] = stretch.next_seq()
+        return self._full()
+
+    def relation(self, data: bytes) -> None:
+        rel = decode(data)
+        assert isinstance(rel, Relation)
+        info = self.tables.get(rel.namespace)
+        self.relations[rel.relid] = (
+            None
+            if info is None
+            else self.groups.add(RelationDecoder(rel, info, self.types(c.type_oid for c in rel.columns)))
+        )
+
+    def truncate(self, data: bytes) -> None:
+        truncate = decode(data)
+        assert isinstance(truncate, Truncate)
+        if self.txn is None:
+            return
+        for relid in truncate.relids:
+            gid = self.relations.get(relid)
+            if gid is not None:
+                self.stretch.truncates.append((self.stretch.next_seq(), self.txn, gid))
+
+    def message(self, data: bytes) -> bool:
+        """A logical decoding message; True: the batch ends here (before a window whose close is
+        not in this decode, or at its limit outside a window)."""
+        msg = decode(data)
+        assert isinstance(msg, Message)
+        upper = self.upper
+        # Our watermarks are non-transactional: they sit between transactions, at their LSN.
+        if self.began is not None or msg.lsn <= self.start or (upper is not None and msg.lsn > upper):
+            return False
+        if msg.prefix == self.prefix:
+            mark = Watermark.parse(msg.content)
+            if mark.kind is Mark.OPEN and mark.chunk is not None:
+                if mark.chunk not in self.closes:
+                    self.pending = mark.chunk  # stop before the window; the position stays before the L
+                    return True
+                self.window.add(mark.chunk)
+            elif mark.closes and mark.chunk is not None:
+                self.window.discard(mark.chunk)
+            self.stretch.marks.append((self.stretch.next_seq(), msg.lsn, mark))
+        self.end = msg.lsn
+        return self._full()
+
+    def cut_unfinished(self) -> None:
+        """A transaction cut off by the end of the decode is not in this batch."""
+        txn, stretch = self.txn, self.stretch
+        if txn is None:
+            return
+        cut = stretch.first_item[txn]
+        per_txn = (stretch.positions, stretch.xids, stretch.times, stretch.first_item, stretch.commit_seq)
+        for column in per_txn:
+            del column[txn:]
+        for column in (stretch.item_group, stretch.item_row, stretch.item_txn, stretch.item_seq):
+            del column[cut:]
+        stretch.truncates = [t for t in stretch.truncates if t[1] < txn]
+
+    def _full(self) -> bool:
+        return self.limit is not None and _counted(self.stretch, self.live) >= self.limit and not self.window
+
+
 def _scan_windows(rows: Sequence[Row], prefix: str) -> tuple[set[int], dict[int, Mark]]:
     """Chunks whose ``L`` is in the decode, and how each chunk's window closes (``H``/``A``)."""
     opened: set[int] = set()
     closes: dict[int, Mark] = {}
     for _lsn, _xid, data in rows:
-        if data[0] != 0x4D:  # 'M'
+        if data[0] != MESSAGE:
             continue
         msg = decode(data)
         assert isinstance(msg, Message)
@@ -121,16 +251,10 @@ def assemble(
             live[cid] = chunk
 
     # Pass 1: transactions and watermarks in range, their changes gathered per relation version.
-    groups = _Groups()
-    stretch = Stretch()
-    relations: dict[int, int | None] = {}  # relid → group of its current version (None: not captured)
-    window: set[int] = set()
-    end = start
-    pending: int | None = None
-    txn: int | None = None  # the transaction being read, when in range
-    begin: Begin | None = None
-    # The loop below runs once per row of the stretch: its hot branch (row changes) uses local
-    # names only.
+    # The loop runs once per row of the stretch: its hot branch (row changes) uses local names
+    # only; the other kinds of message go to the reader's methods.
+    reader = _Reader(start, upper, limit, prefix, tables, types, live, closes, end=start)
+    groups, stretch, relations = reader.groups, reader.stretch, reader.relations
     unpack_relid = _RELID.unpack_from
     item_group, item_row, item_txn, item_seq = (
         stretch.item_group,
@@ -138,9 +262,11 @@ def assemble(
         stretch.item_txn,
         stretch.item_seq,
     )
+    row_changes = _ROW_CHANGES
+    txn: int | None = None  # the transaction being read, when in range (the reader's, kept local)
     for _lsn, _xid, data in rows:
         kind = data[0]
-        if kind == 0x49 or kind == 0x55 or kind == 0x44:  # I, U, D: the bulk of a stretch
+        if kind in row_changes:  # the bulk of a stretch
             if txn is not None:
                 gid = relations.get(unpack_relid(data, 1)[0])
                 if gid is not None:
@@ -152,72 +278,19 @@ def assemble(
                     item_seq.append(stretch.seq)
                     held.append(data)
                     groups.ops[gid].append(kind)
-        elif kind == 0x42:  # 'B'
-            message = decode(data)
-            assert isinstance(message, Begin)
-            begin = message
-            in_range = begin.final_lsn >= start and (upper is None or begin.final_lsn < upper)
-            txn = len(stretch.positions) if in_range else None
-            if txn is not None:
-                stretch.positions.append(0)
-                stretch.xids.append(begin.xid)
-                stretch.times.append(begin.commit_time)
-                stretch.first_item.append(len(stretch.item_seq))
-                stretch.commit_seq.append(0)
-        elif kind == 0x43:  # 'C'
-            commit = decode(data)
-            assert isinstance(commit, Commit)
-            was, txn, begin = txn, None, None
-            if was is None:
-                continue
-            stretch.positions[was] = end = commit.end_lsn
-            stretch.commit_seq[was] = stretch.next_seq()
-            if limit is not None and _counted(stretch, live) >= limit and not window:
+        elif kind == BEGIN:
+            txn = reader.begin(data)
+        elif kind == COMMIT:
+            txn = None
+            if reader.commit(data):
                 break
-        elif kind == 0x52:  # 'R': tracked even out of range (later transactions refer to it)
-            rel = decode(data)
-            assert isinstance(rel, Relation)
-            info = tables.get(rel.namespace)
-            relations[rel.relid] = (
-                None
-                if info is None
-                else groups.add(RelationDecoder(rel, info, types(c.type_oid for c in rel.columns)))
-            )
-        elif kind == 0x54:  # 'T'
-            truncate = decode(data)
-            assert isinstance(truncate, Truncate)
-            if txn is not None:
-                for relid in truncate.relids:
-                    gid = relations.get(relid)
-                    if gid is not None:
-                        stretch.truncates.append((stretch.next_seq(), txn, gid))
-        elif kind == 0x4D:  # 'M'
-            msg = decode(data)
-            assert isinstance(msg, Message)
-            # Our watermarks are non-transactional: they sit between transactions, at their LSN.
-            if begin is not None or msg.lsn <= start or (upper is not None and msg.lsn > upper):
-                continue
-            if msg.prefix == prefix:
-                mark = Watermark.parse(msg.content)
-                if mark.kind is Mark.OPEN and mark.chunk is not None:
-                    if mark.chunk not in closes:
-                        pending = mark.chunk  # stop before the window; the position stays before the L
-                        break
-                    window.add(mark.chunk)
-                elif mark.closes and mark.chunk is not None:
-                    window.discard(mark.chunk)
-                stretch.marks.append((stretch.next_seq(), msg.lsn, mark))
-            end = msg.lsn
-            if limit is not None and _counted(stretch, live) >= limit and not window:
-                break
-    if txn is not None:  # a transaction cut off by the end of the decode is not in this batch
-        cut = stretch.first_item[txn]
-        per_txn = (stretch.positions, stretch.xids, stretch.times, stretch.first_item, stretch.commit_seq)
-        for column in per_txn:
-            del column[txn:]
-        for column in (stretch.item_group, stretch.item_row, stretch.item_txn, stretch.item_seq):
-            del column[cut:]
-        stretch.truncates = [t for t in stretch.truncates if t[1] < txn]
+        elif kind == RELATION:  # tracked even out of range (later transactions refer to it)
+            reader.relation(data)
+        elif kind == TRUNCATE:
+            reader.truncate(data)
+        elif kind == MESSAGE and reader.message(data):
+            break
+    reader.cut_unfinished()
 
     # Pass 2: every relation version's changes, decoded column by column.
     changes = [
@@ -227,7 +300,7 @@ def assemble(
     # Pass 3: the records in stream order (copied rows at their H, less what the stream outdated).
     namespaces = [t.namespace for t in groups.tables]
     batch, completed = build_records(stretch, namespaces, groups.ops, changes, live)
-    return Assembly(batch, end, pending=pending, completed=completed)
+    return Assembly(batch, reader.end, pending=reader.pending, completed=completed)
 
 
 def _counted(stretch: Stretch, live: Mapping[int, Chunk]) -> int:

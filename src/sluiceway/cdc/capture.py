@@ -42,7 +42,7 @@ import pyarrow as pa
 from sluiceway.cdc.assemble import assemble
 from sluiceway.cdc.errors import CdcError, LostChangesError, SlotInUseError, StreamInterrupted
 from sluiceway.cdc.model import Row, TableInfo
-from sluiceway.cdc.pgoutput import Commit, Message, decode, format_lsn
+from sluiceway.cdc.pgoutput import BEGIN, COMMIT, MESSAGE, RELATION, Commit, Message, decode, format_lsn
 from sluiceway.cdc.postgres import (
     CdcSession,
     SlotInfo,
@@ -279,7 +279,7 @@ class SlotCapture:
                 kind = data[0]
                 if txn is not None:
                     txn.append(row)
-                    if kind == 0x43:  # 'C'
+                    if kind == COMMIT:
                         commit = decode(data)
                         assert isinstance(commit, Commit)
                         if commit.end_lsn > self.position:
@@ -288,15 +288,15 @@ class SlotCapture:
                         else:  # resent after a restart: the target has it (its relations still count)
                             _track_relations(txn, relations)
                         txn = None
-                elif kind == 0x42:  # 'B'
+                elif kind == BEGIN:
                     txn = [row]
-                elif kind == 0x4D:  # 'M' between transactions: a non-transactional message
+                elif kind == MESSAGE:  # between transactions: a non-transactional message
                     message = decode(data)
                     assert isinstance(message, Message)
                     if message.lsn > self.position:
                         units.append(_Unit(message.lsn, [row]))
                         gathered += 1
-                elif kind == 0x52:  # 'R' outside a transaction (not sent so by pgoutput, but harmless)
+                elif kind == RELATION:  # outside a transaction (not sent so by pgoutput, but harmless)
                     relations[_RELID.unpack_from(data, 1)[0]] = row
             if units and (not handover or gathered >= self.options.max_append or waiting):
                 # The queue ran dry (and the linger passed), the append is full, or a window waits.
@@ -497,7 +497,7 @@ class SlotCapture:
 def _track_relations(rows: list[Row], relations: dict[int, Row]) -> None:
     """Keep the latest Relation message per relation id: later transactions refer to it."""
     for row in rows:
-        if row[2][0] == 0x52:  # 'R'
+        if row[2][0] == RELATION:
             relations[_RELID.unpack_from(row[2], 1)[0]] = row
 
 

@@ -21,6 +21,18 @@ from sluiceway.cdc.errors import DecodeError
 #: Marks a TOASTed column an UPDATE left unchanged (its value is not in the message).
 UNCHANGED: Final = object()
 
+#: The first byte of each kind of message, as :func:`decode` and the assembler tell them apart.
+BEGIN: Final = 0x42  # 'B'
+COMMIT: Final = 0x43  # 'C'
+RELATION: Final = 0x52  # 'R'
+INSERT: Final = 0x49  # 'I'
+UPDATE: Final = 0x55  # 'U'
+DELETE: Final = 0x44  # 'D'
+TRUNCATE: Final = 0x54  # 'T'
+MESSAGE: Final = 0x4D  # 'M': a logical decoding message (our watermarks)
+ORIGIN: Final = 0x4F  # 'O'
+TYPE: Final = 0x59  # 'Y'
+
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
@@ -172,13 +184,13 @@ def decode(data: bytes) -> Decoded:
         raise DecodeError("empty pgoutput message")
     kind = data[0]
     try:
-        if kind == 0x49:  # 'I'
+        if kind == INSERT:
             (relid,) = _U32.unpack_from(data, 1)
             if data[5] != 0x4E:
                 raise DecodeError("insert without a new tuple")
             new, _ = _tuple(data, 6)
             return Insert(relid, new)
-        if kind == 0x55:  # 'U'
+        if kind == UPDATE:
             (relid,) = _U32.unpack_from(data, 1)
             pos = 5
             old_kind, old = "", None
@@ -189,19 +201,19 @@ def decode(data: bytes) -> Decoded:
                 raise DecodeError("update without a new tuple")
             new, _ = _tuple(data, pos + 1)
             return Update(relid, old_kind, old, new)
-        if kind == 0x44:  # 'D'
+        if kind == DELETE:
             (relid,) = _U32.unpack_from(data, 1)
             if data[5] not in (0x4B, 0x4F):  # 'K' / 'O'
                 raise DecodeError("delete without an old tuple")
             old, _ = _tuple(data, 6)
             return Delete(relid, chr(data[5]), old)
-        if kind == 0x42:  # 'B'
+        if kind == BEGIN:
             final_lsn, ts, xid = _BEGIN.unpack_from(data, 1)
             return Begin(final_lsn, ts + PG_EPOCH_US, xid)
-        if kind == 0x43:  # 'C'
+        if kind == COMMIT:
             _flags, commit_lsn, end_lsn, ts = _COMMIT.unpack_from(data, 1)
             return Commit(commit_lsn, end_lsn, ts + PG_EPOCH_US)
-        if kind == 0x52:  # 'R'
+        if kind == RELATION:
             (relid,) = _U32.unpack_from(data, 1)
             schema, pos = _cstring(data, 5)
             name, pos = _cstring(data, pos)
@@ -216,7 +228,7 @@ def decode(data: bytes) -> Decoded:
                 pos += 8
                 cols.append(Column(col, type_oid, typmod, bool(flags & 1)))
             return Relation(relid, schema, name, identity, tuple(cols))
-        if kind == 0x4D:  # 'M'
+        if kind == MESSAGE:
             flags = data[1]
             (lsn,) = _U64.unpack_from(data, 2)
             prefix, pos = _cstring(data, 10)
@@ -224,12 +236,12 @@ def decode(data: bytes) -> Decoded:
             if size < 0 or pos + 4 + size > len(data):
                 raise DecodeError(f"the content runs past the end of the message ({size} bytes)")
             return Message(bool(flags & 1), lsn, prefix, bytes(data[pos + 4 : pos + 4 + size]))
-        if kind == 0x54:  # 'T'
+        if kind == TRUNCATE:
             (n,) = _I32.unpack_from(data, 1)
             options = data[5]
             relids = struct.unpack_from(f">{n}I", data, 6)
             return Truncate(tuple(relids), bool(options & 1), bool(options & 2))
-        if kind in (0x4F, 0x59):  # 'O' origin, 'Y' type
+        if kind in (ORIGIN, TYPE):
             return Other(chr(kind))
     except (struct.error, IndexError, ValueError, DecodeError) as exc:  # a tuple's own DecodeError too
         raise DecodeError(f"malformed {chr(kind)!r} message: {exc}") from None

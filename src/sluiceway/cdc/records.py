@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from sluiceway.cdc.columnar import Group
 from sluiceway.cdc.model import Chunk, Stretch
-from sluiceway.cdc.pgoutput import format_lsn
+from sluiceway.cdc.pgoutput import DELETE, UPDATE, format_lsn
 from sluiceway.cdc.watermark import Mark
 from sluiceway.errors import InvariantViolation
 
@@ -97,7 +97,7 @@ def _repeat(value: str, n: int) -> pa.Array:
 
 _OP_NAMES = pa.array(["insert", "update", "delete"], pa.string())
 _OP_CODE = np.zeros(256, dtype=np.int64)
-_OP_CODE[0x55], _OP_CODE[0x44] = 1, 2
+_OP_CODE[UPDATE], _OP_CODE[DELETE] = 1, 2  # INSERT: 0
 
 
 def build_records(
