@@ -505,17 +505,21 @@ class FeedStore:
     # -- items: the hot path ------------------------------------------------------------------
     def claim(self, owner: str, limit: int, lease: float) -> list[Claimed]:
         """Claim up to ``limit`` items at the gates of partitions ``owner`` holds."""
-        params: dict[str, Any] = {"owner": owner, "limit": limit, **self._seconds("lease", lease)}
+        return self._claim("claim", {"owner": owner, "limit": limit}, lease)
+
+    def _claim(self, query: str, params: dict[str, Any], lease: float) -> list[Claimed]:
+        """``query`` (``claim`` or ``claim_in``) with ``params`` and the lease: one statement that
+        claims and returns the rows, or on MySQL (no ``UPDATE … RETURNING``) a locking read and
+        the update of exactly those rows in one transaction."""
+        seconds = self._seconds("lease", lease)
         if self.dialect is not Dialect.MYSQL:
-            return self._claimed(self.db.fetchall(self.q["claim"], params, what="feed claim"))
+            return self._claimed(self.db.fetchall(self.q[query], {**params, **seconds}, what="feed claim"))
         with self.db.transaction():
-            rows = self.db.fetchall(self.q["claim"], params, what="feed claim")
+            rows = self.db.fetchall(self.q[query], {**params, **seconds}, what="feed claim")
             if not rows:
                 return []
             ids = tuple(int(r[0]) for r in rows)
-            self.db.execute(
-                self.q["claim_mark"], {"ids": ids, **self._seconds("lease", lease)}, what="feed claim"
-            )
+            self.db.execute(self.q["claim_mark"], {"ids": ids, **seconds}, what="feed claim")
         # The rows were locked between read and update: the update wrote exactly these values.
         return [
             Claimed(int(r[0]), int(r[1]), int(r[2]), _bytes(r[3]), int(r[4]) + 1, int(r[5]) + 1) for r in rows
@@ -591,25 +595,8 @@ class FeedStore:
         limits), up to the ``limit`` tokens taken for them."""
         if not partition_ids:
             return []
-        params: dict[str, Any] = {
-            "owner": owner,
-            "limit": limit,
-            "ids": self._ids(partition_ids),
-            **self._seconds("lease", lease),
-        }
-        if self.dialect is not Dialect.MYSQL:
-            return self._claimed(self.db.fetchall(self.q["claim_in"], params, what="feed claim"))
-        with self.db.transaction():
-            rows = self.db.fetchall(self.q["claim_in"], params, what="feed claim")
-            if not rows:
-                return []
-            ids = tuple(int(r[0]) for r in rows)
-            self.db.execute(
-                self.q["claim_mark"], {"ids": ids, **self._seconds("lease", lease)}, what="feed claim"
-            )
-        return [
-            Claimed(int(r[0]), int(r[1]), int(r[2]), _bytes(r[3]), int(r[4]) + 1, int(r[5]) + 1) for r in rows
-        ]
+        params = {"owner": owner, "limit": limit, "ids": self._ids(partition_ids)}
+        return self._claim("claim_in", params, lease)
 
     # -- rate limits ----------------------------------------------------------------------------
     @staticmethod
