@@ -136,7 +136,7 @@ BrokerTarget = Annotated[NatsTarget | RabbitMqTarget | RedisTarget, Field(discri
 
 
 def describe_destination(
-    target: NatsTarget | RabbitMqTarget | RedisTarget | None,
+    target: BrokerTarget | None,
     journal: str | Path | None,
     kafka: Mapping[str, Any] | None,
 ) -> str:
