@@ -222,6 +222,9 @@ class FeedWorker:
         self._quiet = False
         #: A renewal was skipped while quiet: read the rate limits again before the next claim.
         self._limits_stale = True
+        #: How many partitions we held when the last balance ended: fewer now means some ran out
+        #: (completed, or lost at a renewal) since then, and the top-up that calls for is owed.
+        self._held_after_balance = 0
 
     # -- public control -------------------------------------------------------------------------
     @property
@@ -347,6 +350,7 @@ class FeedWorker:
         self._due = _NextDue()
         self._quiet = False
         self._limits_stale = True
+        self._held_after_balance = 0
         if self.wake_ups and not until_idle:
             # Not listening yet: the first rest listens, then returns at once for a catch-up look.
             self._wake = WakeUps(
@@ -436,6 +440,12 @@ class FeedWorker:
                     # Quiet, the next renewal has nothing to do: only a notification, work coming
                     # due or the fallback ends the rest.
                     renew_at = math.inf if self._quiet and not self._held else next_renew
+                    if len(self._held) < self._held_after_balance:
+                        # Partitions ran out since the last balance, and the top-up is throttled
+                        # to one per poll_interval: free ones that balance left to others may be
+                        # ours to take now, and next_due names only those that came due after it.
+                        # So rest no longer than the throttle, not until the fallback.
+                        renew_at = min(renew_at, last_balance + self.poll_interval)
                     woken = self._rest(store, wake, renew_at, last_balance, rate_wait)
                 elif rate_wait is not None:
                     self._idle_wait(min(rate_wait, self.poll_interval))
@@ -813,6 +823,7 @@ class FeedWorker:
         self._quiet = False
         census = store.census()
         mine = len(self._held)
+        self._held_after_balance = mine
         # No open partition in the whole feed, and none of ours: nothing to take, steal or take
         # over until something notifies (or comes due). available counts every lease, expired or
         # not, so a lease of ours we do not know about keeps this False (the renewal adopts it).
@@ -827,6 +838,7 @@ class FeedWorker:
                 for pid in ids:
                     self._held.pop(pid, None)
                 self._stats.released += released
+                self._held_after_balance = len(self._held)
             log.info("feed worker %s released %d partition(s) (target %d)", self.owner, released, step.target)
             return 0
         if step.acquire <= 0:
@@ -854,6 +866,7 @@ class FeedWorker:
                 self._held[held.id] = held
             self._stats.acquired += len(got)
             self._stats.stolen += len(stolen)
+            self._held_after_balance = len(self._held)
         return len(got) + len(stolen)
 
     # -- shutdown -------------------------------------------------------------------------------

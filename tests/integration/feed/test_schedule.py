@@ -116,6 +116,43 @@ def test_a_partition_that_comes_due_while_the_worker_is_busy_is_not_slept_past(
         assert min(calls.at(b"second")) >= before + DELAY + 0.2 - SLACK
 
 
+def test_a_due_partition_a_balance_left_to_others_is_taken_once_ours_run_out(
+    postgres_dsn: str, prefix: str
+) -> None:
+    # Worker "busy" holds one partition and blocks in its processor. Three partitions come due
+    # together; "idle"'s target is then ceil(4 / 2) = 2, so its balance takes two and leaves one
+    # (due already, so next_due will not name it again). Both of its own finish at once — within
+    # poll_interval of that balance, so the top-up is throttled. The one left over must be taken
+    # once the throttle allows it, not after the 30 s fallback (what a worker once did).
+    release = threading.Event()
+
+    class Blocking(Calls):
+        def __call__(self, item: Item) -> dict[str, Any]:
+            answer = super().__call__(item)
+            release.wait(60)
+            return answer
+
+    held, calls = Blocking(), Calls()
+    with Feed(postgres_dsn, prefix=prefix) as feed:
+        try:
+            with worker(postgres_dsn, prefix, held):
+                feed.add("held", [b"held"])
+                wait_until(lambda: held.at(b"held"), timeout=SOON, message="the blocking worker's item")
+                with worker(postgres_dsn, prefix, calls, poll_interval=3.0):
+                    due = datetime.now(UTC) + timedelta(seconds=DELAY)
+                    for name in ("s1", "s2", "s3"):
+                        feed.add(name, [name.encode()], not_before=due)
+                    wait_until(
+                        lambda: all(calls.at(n) for n in (b"s1", b"s2", b"s3")),
+                        timeout=DELAY + SOON,
+                        message="all three scheduled partitions",
+                    )
+                    release.set()
+        finally:
+            release.set()
+    assert min(min(calls.at(n)) for n in (b"s1", b"s2", b"s3")) >= due.timestamp() - SLACK
+
+
 def test_scheduled_items_wait_in_a_partition_that_is_being_worked(
     any_dsn: str, feed: Feed, prefix: str
 ) -> None:
