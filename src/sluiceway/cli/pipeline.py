@@ -101,8 +101,9 @@ def run(
             handler.addFilter(_not_from_py4j)
     from sluiceway.pipeline.checkpoint import CheckpointLock
     from sluiceway.pipeline.errors import PipelineError, SpecError
-    from sluiceway.pipeline.preflight import check_checkpoint, check_sinks
+    from sluiceway.pipeline.preflight import check_checkpoint
     from sluiceway.pipeline.runner import first_line
+    from sluiceway.pipeline.sinks.kinds import check_sinks
     from sluiceway.pipeline.sources.adapters import adapter
     from sluiceway.pipeline.state import RunState
 

@@ -1,11 +1,13 @@
 """Checks at start, before Spark runs any batch: can every source be read and every sink reached?
 
 A wrong path, DSN, server or stream is then one line and a non-zero exit at once — not a "bad
-record", a stack trace and a sink stopped at offset 0. One check per kind of sink, in
-:data:`SINK_CHECKS` (a kind without an entry has nothing to reach: ``console``); each kind of
-source checks itself (``SourceAdapter.check`` in :mod:`~sluiceway.pipeline.sources.adapters`,
-which shares :func:`reach_kafka` and :func:`reach_redis` with the sinks). Each check connects
-with a short timeout and closes again; it writes nothing.
+record", a stack trace and a sink stopped at offset 0. Here are the ways to reach a place (a
+directory, a database, a Kafka cluster, a broker), shared by both sides: each kind of sink names
+its check in :data:`~sluiceway.pipeline.sinks.kinds.SINK_KINDS` (run by
+:func:`~sluiceway.pipeline.sinks.kinds.check_sinks`), each kind of source checks itself
+(``SourceAdapter.check`` in :mod:`~sluiceway.pipeline.sources.adapters`). Each check connects
+with a short timeout and closes again; it writes nothing. This module imports no sink or
+source: they import it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,20 +22,12 @@ from sluiceway.errors import BrokerError, DatabaseError
 from sluiceway.pipeline.errors import DestinationUnreachable, PipelineError, one_line
 
 if TYPE_CHECKING:
-    from sluiceway.pipeline.spec import (
-        FeedSinkSpec,
-        FilesSinkSpec,
-        JournalSinkSpec,
-        KafkaSinkSpec,
-        PipelineSpec,
-        PostgresSinkSpec,
-    )
+    from sluiceway.pipeline.spec import PipelineSpec
 
 #: Seconds a check waits for a server to answer.
 CONNECT_TIMEOUT = 5.0
 
 
-# --- sinks -----------------------------------------------------------------------------------------
 def writable_dir(path: str) -> None:
     """``path`` is a directory we can write in, or can be created (its nearest existing parent is).
 
@@ -64,33 +57,8 @@ def _probe(directory: Path, what: str) -> None:
     os.unlink(name)
 
 
-def _lake_sink(sink: Any) -> None:
-    """The table's directory or catalog can be reached; an existing table has the mirror's keys."""
-    from sluiceway.pipeline.sinks.lakehouse.sink import guarded, open_table, where
-
-    table = open_table(sink)
-    table.check()
-    staging = table.staging_dir()  # where Spark's writer puts a batch's files first
-    if staging is not None:
-        writable_dir(staging)
-    schema = guarded(where(sink), table.schema)
-    if schema is not None and sink.mode == "mirror":
-        missing = [k for k in sink.keys if k not in schema.names]
-        if missing:
-            raise DestinationUnreachable(
-                f"{where(sink)} has no column {missing[0]!r} to mirror on (key: {sink.keys})", permanent=True
-            )
-
-
-def _journal_sink(sink: JournalSinkSpec) -> None:
-    writable_dir(sink.path)
-
-
-def _files_sink(sink: FilesSinkSpec) -> None:
-    writable_dir(sink.path)
-
-
-def _database(dsn: str) -> None:
+def reach_database(dsn: str) -> None:
+    """A connection to the database of ``dsn``, opened and closed (a sink's or a source's)."""
     from sluiceway.db.connection import open_raw
     from sluiceway.db.dsn import parse_dsn
 
@@ -98,14 +66,6 @@ def _database(dsn: str) -> None:
         open_raw(parse_dsn(dsn), connect_timeout=CONNECT_TIMEOUT).close()
     except DatabaseError as exc:
         raise DestinationUnreachable(error_text(exc), permanent=True) from None
-
-
-def _postgres_sink(sink: PostgresSinkSpec) -> None:
-    _database(sink.dsn)
-
-
-def _feed_sink(sink: FeedSinkSpec) -> None:
-    _database(sink.dsn)
 
 
 def reach_kafka(config: dict[str, str]) -> None:
@@ -119,11 +79,8 @@ def reach_kafka(config: dict[str, str]) -> None:
         raise DestinationUnreachable(f"kafka {servers}: {error_text(exc)}", permanent=True) from None
 
 
-def _kafka_sink(sink: KafkaSinkSpec) -> None:
-    reach_kafka(dict(sink.config))
-
-
-def _broker(settings: Any) -> None:
+def reach_broker(settings: Any) -> None:
+    """A connection to the NATS or RabbitMQ server of ``settings``, opened and closed."""
     from sluiceway.brokers import open_client
 
     async def reach() -> None:
@@ -163,43 +120,12 @@ def _run(check: Any, settings: Any) -> None:
         raise DestinationUnreachable(f"{settings.describe()}: {error_text(exc)}", permanent=True) from None
 
 
-#: The check of each kind of sink (``console`` has nothing to reach).
-SINK_CHECKS: dict[str, Callable[[Any], None]] = {
-    "journal": _journal_sink,
-    "parquet": _files_sink,
-    "json": _files_sink,
-    "csv": _files_sink,
-    "postgres": _postgres_sink,
-    "feed": _feed_sink,
-    "kafka": _kafka_sink,
-    "nats": _broker,
-    "rabbitmq": _broker,
-    "redis": reach_redis,
-    "delta": _lake_sink,
-    "iceberg": _lake_sink,
-}
-
-
 def check_checkpoint(spec: PipelineSpec) -> None:
     """The checkpoint directory can be written: Spark's own error for it is a Java stack."""
     try:
         writable_dir(str(spec.checkpoint))
     except DestinationUnreachable as exc:
         raise PipelineError(f"checkpoint: {exc.problem}") from None
-
-
-def check_sinks(spec: PipelineSpec) -> None:
-    """Raise :class:`DestinationUnreachable` naming the first sink (or its dead-letter sink) that
-    cannot be reached."""
-    for sink in spec.sinks:
-        for name, target in ((sink.name, sink), (f"{sink.name}.dead_letter", sink.dead_letter)):
-            check = SINK_CHECKS.get(target.type) if target is not None else None
-            if check is None:
-                continue
-            try:
-                check(target)
-            except DestinationUnreachable as exc:
-                raise DestinationUnreachable(exc.problem, sink=name, permanent=exc.permanent) from None
 
 
 def error_text(exc: BaseException) -> str:

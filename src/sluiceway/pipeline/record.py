@@ -64,6 +64,22 @@ RECORD_DDL = spark_ddl(RECORD_SCHEMA)
 
 RECORD_COLUMNS: tuple[str, ...] = tuple(RECORD_SCHEMA.names)
 
+#: The type names a table sink's ``schema`` may give (the Delta/Iceberg primitive names), and
+#: their Arrow types.
+LAKE_TYPES: dict[str, pa.DataType] = {
+    "string": pa.string(),
+    "long": pa.int64(),
+    "int": pa.int32(),
+    "double": pa.float64(),
+    "boolean": pa.bool_(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "date": pa.date32(),
+    "binary": pa.binary(),
+}
+
+#: The record columns a table sink keeps beside the value's own in ``columns: json``.
+JSON_META = ("namespace", "key", "op", "offset", "timestamp")
+
 _DELETE = pa.scalar("delete", pa.string())
 _OP_HEADER = pa.scalar(OP_HEADER, pa.string())
 

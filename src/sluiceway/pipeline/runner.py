@@ -33,8 +33,9 @@ from sluiceway.pipeline.errors import (
 from sluiceway.pipeline.operator import SinkStatus
 from sluiceway.pipeline.operator import skip as skip_record
 from sluiceway.pipeline.operator import status as sinks_status
-from sluiceway.pipeline.preflight import check_checkpoint, check_sinks
+from sluiceway.pipeline.preflight import check_checkpoint
 from sluiceway.pipeline.sinks.handler import BatchHandler, Stopping
+from sluiceway.pipeline.sinks.kinds import check_sinks
 from sluiceway.pipeline.sources.adapters import adapter
 from sluiceway.pipeline.spec import PipelineSpec
 from sluiceway.pipeline.state import RunState, StateStore

@@ -306,7 +306,7 @@ class _LakeSink(_Sink):
     @field_validator("schema_")
     @classmethod
     def _types(cls, value: dict[str, str]) -> dict[str, str]:
-        from sluiceway.pipeline.sinks.lakehouse.shape import LAKE_TYPES
+        from sluiceway.pipeline.record import LAKE_TYPES
 
         for column, kind in value.items():
             if kind not in LAKE_TYPES:
@@ -444,8 +444,7 @@ for _m in (
 def _mirror_keys(sink: DeltaSinkSpec | IcebergSinkSpec, index: int, *, transformed: bool) -> None:
     """A mirror's key columns must be columns its rows will have: record columns, or with
     ``columns: json`` a column typed in ``schema`` (a transform may add its own columns)."""
-    from sluiceway.pipeline.record import RECORD_COLUMNS
-    from sluiceway.pipeline.sinks.lakehouse.shape import JSON_META
+    from sluiceway.pipeline.record import JSON_META, RECORD_COLUMNS
 
     known = set(JSON_META) | set(sink.schema_) if sink.columns == "json" else set(RECORD_COLUMNS)
     missing = [k for k in sink.keys if k not in known]

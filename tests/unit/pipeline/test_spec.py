@@ -138,15 +138,17 @@ def test_not_a_mapping(tmp_path: Path) -> None:
         PipelineSpec.from_yaml(tmp_path / "missing.yaml")
 
 
-def test_every_sink_kind_has_one_writer_builder() -> None:
-    """The sink table (``WRITERS``) and the spec's union name the same kinds, each once."""
+def test_every_sink_kind_has_one_row_naming_its_own_spec() -> None:
+    """The kinds table (``SINK_KINDS``) and the spec's union name the same kinds, each once, and
+    each row's spec class is the one whose ``type`` names it."""
     from typing import get_args
 
-    from sluiceway.pipeline.sinks.base import WRITERS
-    from sluiceway.pipeline.sinks.distributed import FILE_SINKS
+    from sluiceway.pipeline.sinks.kinds import SINK_KINDS, Path
     from sluiceway.pipeline.spec import SinkSpec
 
     union = get_args(get_args(SinkSpec)[0])
-    kinds = [kind for model in union for kind in get_args(model.model_fields["type"].annotation)]
-    assert sorted(kinds) == sorted(WRITERS)
-    assert {"parquet", "json", "csv"} == FILE_SINKS
+    by_kind = {kind: model for model in union for kind in get_args(model.model_fields["type"].annotation)}
+    assert sorted(by_kind) == sorted(SINK_KINDS)
+    assert all(SINK_KINDS[kind].spec is model for kind, model in by_kind.items())
+    assert {k for k, row in SINK_KINDS.items() if row.path is Path.FILES} == {"parquet", "json", "csv"}
+    assert {k for k, row in SINK_KINDS.items() if row.check is None} == {"console"}

@@ -32,22 +32,18 @@ import shutil
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from sluiceway.pipeline.errors import DestinationUnreachable, file_system_fault, from_python_worker
 from sluiceway.pipeline.failures import RetryPolicy, backoff_delays, reaching
-from sluiceway.pipeline.sinks.base import make_writer
+from sluiceway.pipeline.sinks.kinds import Path, kind_of, make_writer
 from sluiceway.pipeline.sinks.part import PartResult, write_part
-from sluiceway.pipeline.spec import FilesSinkSpec
 
 if TYPE_CHECKING:
     from sluiceway.pipeline.spec import SinkSpec
 
-#: Sinks whose order lives in file names: written from the source's own parts (the kinds of
-#: :class:`~sluiceway.pipeline.spec.FilesSinkSpec`).
-FILE_SINKS: frozenset[str] = frozenset(get_args(FilesSinkSpec.model_fields["type"].annotation))
 #: The column that keeps a record's place in its batch through the shuffle.
 SEQ = "_sluice_seq"
 
@@ -115,7 +111,7 @@ class TaskPlan:
         yield result_batch(result)
 
     def write(self, part: int, table: pa.Table) -> PartResult:
-        staged = self.sink.type in FILE_SINKS
+        staged = kind_of(self.sink).path is Path.FILES
         name = part_sink_name(self.pipeline, self.sink.name, part)
         writer = make_writer(self.sink, sink_name=name, staged=staged)
         dead = (
@@ -174,9 +170,9 @@ def results_of(rows: Sequence[Any]) -> list[PartResult]:
     return sorted(out, key=lambda r: r.part)
 
 
-def prepare(df: Any, sink_type: str, parallelism: int) -> Any:
-    """The batch split as the sink needs it (see the module docstring)."""
-    if sink_type in FILE_SINKS:
+def prepare(df: Any, path: Path, parallelism: int) -> Any:
+    """The batch split as a sink of ``path`` needs it (see the module docstring)."""
+    if path is Path.FILES:
         return df
     from pyspark.sql import functions as F
 
@@ -188,11 +184,10 @@ def prepare(df: Any, sink_type: str, parallelism: int) -> Any:
     )
 
 
-def default_parallelism(df: Any, sink_type: str) -> int:
-    """Tasks per batch for ordered sinks: the cluster's cores (Spark's default parallelism) — but
-    one for a journal, whose appends queue on its one writer anyway: one part keeps the source's
-    order exactly, not only per key."""
-    if sink_type == "journal":
+def default_parallelism(df: Any, one_part: bool) -> int:
+    """Tasks per batch for ordered sinks: the cluster's cores (Spark's default parallelism) — or
+    one for a kind written as one part (:attr:`~sluiceway.pipeline.sinks.kinds.SinkKind.one_part`)."""
+    if one_part:
         return 1
     try:
         return max(1, int(df.sparkSession.sparkContext.defaultParallelism))

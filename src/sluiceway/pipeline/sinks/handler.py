@@ -37,7 +37,7 @@ from sluiceway.pipeline.errors import (
     from_python_worker,
 )
 from sluiceway.pipeline.failures import RetryPolicy
-from sluiceway.pipeline.sinks.base import SinkWriter, make_writer
+from sluiceway.pipeline.sinks.base import SinkWriter
 from sluiceway.pipeline.sinks.distributed import (
     RESULT_DDL,
     TaskPlan,
@@ -47,6 +47,7 @@ from sluiceway.pipeline.sinks.distributed import (
     results_of,
     write_parquet,
 )
+from sluiceway.pipeline.sinks.kinds import Path, kind_of, make_writer
 from sluiceway.pipeline.sinks.part import PartResult, write_part
 from sluiceway.pipeline.spec import FilesSinkSpec
 from sluiceway.pipeline.state import SinkState, StateStore
@@ -117,7 +118,7 @@ class BatchHandler:
     def __call__(self, df: Any, batch_id: int) -> BatchSummary:
         if self.stopping is not None and self.stopping.is_set():
             raise Stopping(self.name)
-        if self.sink.type == "console":
+        if kind_of(self.sink).path is Path.SHOW:
             return self.show(df)
         state = self._begin(batch_id)
         if state is None:
@@ -151,23 +152,26 @@ class BatchHandler:
     def write_batch(self, df: Any, batch_id: int, state: SinkState) -> list[PartResult]:
         """Write the batch from the executors (see the module docstring); record how it went."""
         plan, sink = self._plan(batch_id, state), self.sink
-        if sink.type in ("delta", "iceberg"):
-            from sluiceway.pipeline.sinks.lakehouse.sink import write_lake
+        kind = kind_of(sink)
+        if kind.path is Path.TABLE:
+            from sluiceway.pipeline.sinks.tables import write_lake
 
-            results = write_lake(df, plan, sink)
-        elif sink.type == "parquet" and sink.dead_letter is None and state.step is None:
+            results = write_lake(df, plan)
+        elif kind.spark_writer and sink.dead_letter is None and state.step is None:
+            assert isinstance(sink, FilesSinkSpec)
             results = write_parquet(df, plan, sink.path)
         else:
-            parallelism = sink.parallelism or default_parallelism(df, sink.type)
+            parallelism = sink.parallelism or default_parallelism(df, kind.one_part)
             try:
-                rows = prepare(df, sink.type, parallelism).mapInArrow(plan, RESULT_DDL).collect()
+                rows = prepare(df, kind.path, parallelism).mapInArrow(plan, RESULT_DDL).collect()
             except Exception as exc:
                 fault = self._spill_fault(df, exc, batch_id)
                 if fault is None:
                     raise
                 raise fault from exc
             results = results_of(rows)
-            if isinstance(sink, FilesSinkSpec):  # the kinds FILE_SINKS names
+            if kind.path is Path.FILES:
+                assert isinstance(sink, FilesSinkSpec)
                 commit_files(sink.path, results)
         return self._record(batch_id, results)
 

@@ -18,21 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from sluiceway.pipeline.errors import PipelineError
-
-#: ``schema`` type names (the Delta/Iceberg primitive names) and their Arrow types.
-LAKE_TYPES: dict[str, pa.DataType] = {
-    "string": pa.string(),
-    "long": pa.int64(),
-    "int": pa.int32(),
-    "double": pa.float64(),
-    "boolean": pa.bool_(),
-    "timestamp": pa.timestamp("us", tz="UTC"),
-    "date": pa.date32(),
-    "binary": pa.binary(),
-}
-
-#: The record columns kept beside the value's own in ``columns: json``.
-JSON_META = ("namespace", "key", "op", "offset", "timestamp")
+from sluiceway.pipeline.record import JSON_META, LAKE_TYPES
 
 
 class SchemaConflict(PipelineError):
