@@ -19,7 +19,16 @@ from sluiceway.clock import duration_seconds
 from sluiceway.config.types import parse_startup_timeout
 from sluiceway.db import Database
 from sluiceway.errors import ConfigError, DatabaseError, SluicewayError
-from sluiceway.feed import Feed, FeedStatus, FeedWorker, RateLimit, ScheduledWork, Status
+from sluiceway.feed import (
+    Feed,
+    FeedSettingsError,
+    FeedStatus,
+    FeedWorker,
+    FeedWorkerSettings,
+    RateLimit,
+    ScheduledWork,
+    Status,
+)
 from sluiceway.heap import tune_collector
 from sluiceway.signals import stopping_on_signals
 
@@ -221,6 +230,10 @@ def _describe(not_before: datetime | float) -> str:
     return f"{not_before:g}s from now"
 
 
+#: The worker options' defaults are the settings model's own.
+_DEFAULT = FeedWorkerSettings()
+
+
 @app.command("worker")
 @friendly_errors
 def worker(
@@ -230,50 +243,48 @@ def worker(
         typer.Option("--processor", help="'package.module:function' or an http(s):// URL to POST items to."),
     ],
     concurrency: Annotated[
-        int, typer.Option("--concurrency", min=1, help="Items processed at once (threads).")
-    ] = 1,
+        int, typer.Option("--concurrency", help="Items processed at once (threads).")
+    ] = _DEFAULT.concurrency,
     max_attempts: Annotated[
-        int, typer.Option("--max-attempts", min=1, help="Attempts per step before 'failed'.")
-    ] = 5,
+        int, typer.Option("--max-attempts", help="Attempts per step before 'failed'.")
+    ] = _DEFAULT.max_attempts,
     manual_checkpoint: Annotated[
         bool,
         typer.Option(
             "--manual-checkpoint", help="Never advance gates; leave it to 'sluice feed checkpoint'."
         ),
-    ] = False,
+    ] = _DEFAULT.manual_checkpoint,
     batch_size: Annotated[
-        int, typer.Option("--batch-size", min=1, help="Items claimed per statement.")
-    ] = 100,
+        int, typer.Option("--batch-size", help="Items claimed per statement.")
+    ] = _DEFAULT.batch_size,
     lease: Annotated[
-        float, typer.Option("--lease", min=0.5, help="Lease length in seconds (renewed every third).")
-    ] = 20.0,
+        float, typer.Option("--lease", help="Lease length in seconds (renewed every third).")
+    ] = _DEFAULT.lease,
     poll_interval: Annotated[
         float,
-        typer.Option("--poll-interval", min=0.01, help="Seconds between idle polls (without wake-ups)."),
-    ] = 0.5,
+        typer.Option("--poll-interval", help="Seconds between idle polls (without wake-ups)."),
+    ] = _DEFAULT.poll_interval,
     wake_ups: Annotated[
         bool | None,
         typer.Option(
             "--wake-ups/--no-wake-ups",
             help="Rest on LISTEN/NOTIFY when idle instead of polling (PostgreSQL only; default: on there).",
         ),
-    ] = None,
+    ] = _DEFAULT.wake_ups,
     fallback_poll: Annotated[
         float,
-        typer.Option(
-            "--fallback-poll", min=0.01, help="With wake-ups: longest idle rest before polling anyway (s)."
-        ),
-    ] = 30.0,
+        typer.Option("--fallback-poll", help="With wake-ups: longest idle rest before polling anyway (s)."),
+    ] = _DEFAULT.fallback_poll,
     http_timeout: Annotated[
-        float, typer.Option("--http-timeout", min=0.01, help="HTTP processor timeout (s).")
-    ] = 10.0,
+        float, typer.Option("--http-timeout", help="HTTP processor timeout (s).")
+    ] = _DEFAULT.http_timeout,
     http_encoding: Annotated[
         str, typer.Option("--http-encoding", help="Item data in HTTP bodies: base64|text.")
-    ] = "base64",
+    ] = _DEFAULT.http_encoding,
     until_idle: Annotated[
         bool, typer.Option("--until-idle", help="Exit once there is nothing left to do.")
     ] = False,
-    prefix: Annotated[str, typer.Option("--prefix", help=PREFIX_HELP)] = "feed_",
+    prefix: Annotated[str, typer.Option("--prefix", help=PREFIX_HELP)] = _DEFAULT.prefix,
     log_level: Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
     log_format: Annotated[str, typer.Option("--log-format", help="text or json.")] = "text",
     metrics_addr: Annotated[str | None, typer.Option("--metrics-addr", help=METRICS_ADDR_HELP)] = None,
@@ -302,28 +313,28 @@ def worker(
 
       sluice feed worker --dsn sqlite:///app.db --processor myapp.ocr:process --metrics-addr :9465
     """
-    if http_encoding not in ("base64", "text"):
-        raise fail(f"--http-encoding must be base64 or text, not {http_encoding!r}")
     try:
         wait_at_start = parse_startup_timeout(startup_timeout)
     except ConfigError as exc:
         raise fail(f"--startup-timeout: {exc.problem}") from None
     setup_logging(log_level.upper(), log_format)
-    w = FeedWorker(
-        dsn,
-        processor,
-        prefix=prefix,
-        concurrency=concurrency,
-        max_attempts=max_attempts,
-        manual_checkpoint=manual_checkpoint,
-        batch_size=batch_size,
-        lease=lease,
-        poll_interval=poll_interval,
-        wake_ups=wake_ups,
-        fallback_poll=fallback_poll,
-        http_timeout=http_timeout,
-        http_encoding="text" if http_encoding == "text" else "base64",
-    )
+    try:
+        settings = FeedWorkerSettings.of(
+            prefix=prefix,
+            concurrency=concurrency,
+            max_attempts=max_attempts,
+            manual_checkpoint=manual_checkpoint,
+            batch_size=batch_size,
+            lease=lease,
+            poll_interval=poll_interval,
+            wake_ups=wake_ups,
+            fallback_poll=fallback_poll,
+            http_timeout=http_timeout,
+            http_encoding=http_encoding,
+        )
+    except FeedSettingsError as exc:  # named by the option it came from, as a usage error
+        raise fail(f"--{exc.field.replace('_', '-')}: {exc.problem}", code=2) from None
+    w = FeedWorker(dsn, processor, settings)
     try:
         # Before any work: a refusal is said once with its fix, not retried by a worker for ever.
         w.check(wait_at_start, setting="--startup-timeout", credentials="--dsn")

@@ -36,14 +36,17 @@ from sluiceway.feed.model import (
 )
 from sluiceway.feed.processors import HttpProcessor, load_processor
 from sluiceway.feed.rate import RateKey, RateLimit
+from sluiceway.feed.settings import FeedSettingsError, FeedWorkerSettings
 from sluiceway.feed.worker import FeedWorker
 
 __all__ = [
     "Feed",
     "FeedError",
+    "FeedSettingsError",
     "FeedStatus",
     "FeedTimeout",
     "FeedWorker",
+    "FeedWorkerSettings",
     "GateError",
     "HttpProcessor",
     "Item",

@@ -46,6 +46,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import Any
 
 from sluiceway.clock import Clock, SystemClock
 from sluiceway.db import Database, DataSource, Dialect, parse_dsn
@@ -64,8 +65,9 @@ from sluiceway.feed.core import (
 )
 from sluiceway.feed.errors import FeedError, FeedTimeout
 from sluiceway.feed.model import Item, WorkerStats
-from sluiceway.feed.processors import Encoding, load_processor
+from sluiceway.feed.processors import load_processor
 from sluiceway.feed.rate import RateKey, keys_for
+from sluiceway.feed.settings import FeedWorkerSettings
 from sluiceway.feed.store import FeedStore, Held, table_names
 from sluiceway.feed.wakeup import WakeUps
 from sluiceway.outage import BUSY_GRACE, OUTAGE_REMINDER, WarningThrottle
@@ -132,66 +134,54 @@ class FeedWorker:
         self,
         dsn: str | DataSource,
         processor: str | Callable[[Item], object],
+        settings: FeedWorkerSettings | None = None,
         *,
-        prefix: str = "feed_",
-        concurrency: int = 1,
-        max_attempts: int = 5,
-        manual_checkpoint: bool = False,
-        batch_size: int = 100,
-        lease: float = 20.0,
-        poll_interval: float = 0.5,
-        wake_ups: bool | None = None,
-        fallback_poll: float = 30.0,
-        backoff: float = 1.0,
-        max_backoff: float = 60.0,
-        checkpoint_interval: float = 0.05,
-        http_timeout: float = 10.0,
-        http_encoding: Encoding = "base64",
-        owner: str | None = None,
-        migrate: bool = True,
         clock: Clock | None = None,
         rand: Callable[[], float] = random.random,
+        **options: Any,
     ) -> None:
-        if concurrency < 1:
-            raise FeedError("concurrency must be at least 1")
-        if batch_size < 1:
-            raise FeedError("batch_size must be at least 1")
-        if lease < 0.5:
-            raise FeedError("lease must be at least 0.5 seconds")
-        if poll_interval <= 0:
-            raise FeedError("poll_interval must be positive")
-        if fallback_poll <= 0:
-            raise FeedError("fallback_poll must be positive")
+        """``settings``, or its fields as keyword ``options`` (both: the options win); see
+        :class:`~sluiceway.feed.settings.FeedWorkerSettings`. A bad one raises
+        :class:`~sluiceway.feed.settings.FeedSettingsError` naming it."""
+        if settings is None or options:
+            given = settings.model_dump() if settings is not None else {}
+            settings = FeedWorkerSettings.of(**{**given, **options})
+        self.settings = settings
         self.source = dsn if isinstance(dsn, DataSource) else parse_dsn(dsn)
         postgres = self.source.dialect is Dialect.POSTGRES
-        if wake_ups and not postgres:
+        if settings.wake_ups and not postgres:
             raise FeedError(
                 f"wake_ups need PostgreSQL (LISTEN/NOTIFY); on {self.source.dialect.value} workers poll "
                 "every poll_interval: leave wake_ups unset"
             )
         #: Rest on LISTEN when idle (PostgreSQL; on by default there), else poll.
-        self.wake_ups = postgres if wake_ups is None else wake_ups
-        self.fallback_poll = float(fallback_poll)
+        self.wake_ups = postgres if settings.wake_ups is None else settings.wake_ups
+        self.fallback_poll = settings.fallback_poll
         # A processor given as text is built per run (an HTTP one holds a connection pool, closed
         # when the run ends); building it here once checks the spec early.
         self._load: Callable[[], Callable[[Item], object]] = lambda: load_processor(
-            processor, timeout=http_timeout, encoding=http_encoding, concurrency=concurrency
+            processor,
+            timeout=settings.http_timeout,
+            encoding=settings.http_encoding,
+            concurrency=settings.concurrency,
         )
         self.processor = self._load()
-        self.prefix = prefix
-        table_names(prefix)  # fail at construction, not in the worker thread
+        self.prefix = settings.prefix
+        table_names(settings.prefix)  # fail at construction, not in the worker thread
         self._owns_processor = isinstance(processor, str)
         self._close_processor(self.processor)
-        self.owner = owner or default_owner()
-        self.concurrency = concurrency
-        self.policy = RetryPolicy(max_attempts=max_attempts, backoff=backoff, max_backoff=max_backoff)
-        self.manual_checkpoint = manual_checkpoint
-        self.batch_size = batch_size
-        self.lease = float(lease)
-        self.renew_interval = self.lease / 3
-        self.poll_interval = float(poll_interval)
-        self.checkpoint_interval = float(checkpoint_interval)
-        self.migrate = migrate
+        self.owner = settings.owner or default_owner()
+        self.concurrency = settings.concurrency
+        self.policy = RetryPolicy(
+            max_attempts=settings.max_attempts, backoff=settings.backoff, max_backoff=settings.max_backoff
+        )
+        self.manual_checkpoint = settings.manual_checkpoint
+        self.batch_size = settings.batch_size
+        self.lease = settings.lease
+        self.renew_interval = settings.renew_interval
+        self.poll_interval = settings.poll_interval
+        self.checkpoint_interval = settings.checkpoint_interval
+        self.migrate = settings.migrate
         self.clock: Clock = clock or SystemClock()
         self._rand = rand
 
