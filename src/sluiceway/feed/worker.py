@@ -45,7 +45,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sluiceway.clock import Clock, SystemClock
@@ -110,6 +110,38 @@ class _NextDue:
         self.at = None if seconds is None else now + seconds
         self.asked = now
         self.held = held
+
+
+@dataclass
+class _Loop:
+    """What one run's loop knows between its cycles, made afresh by every run (see the module
+    docstring for the algorithm it drives)."""
+
+    started: float
+    #: One line per database outage, and per lasting "database is locked" (SQLite), shared with
+    #: the listening side, which meets the same outage.
+    outage: WarningThrottle
+    busy_db: WarningThrottle
+    #: Monotonic time of the next renewal (with its balance, stealing allowed) and of the last
+    #: balance of any kind (top-ups are throttled to one per ``poll_interval``).
+    next_renew: float = 0.0
+    last_balance: float = -1e9
+    #: A notification, a catch-up or the due time since the last cycle: look for work now.
+    woken: bool = False
+    #: Holding nothing, and the last census saw no open partition in the feed: renewals are
+    #: skipped and a rest lasts until woken or the fallback.
+    quiet: bool = False
+    #: A renewal was skipped while quiet: read the rate limits again before the next claim.
+    limits_stale: bool = True
+    #: Partitions held when the last balance ended: fewer now means some ran out (completed, or
+    #: lost at a renewal) since then, and the top-up that calls for is owed.
+    held_after_balance: int = 0
+    #: What next_due last said, and when to ask again.
+    due: _NextDue = field(default_factory=_NextDue)
+    #: Cycles in a row that failed on the database (the backoff grows with them).
+    failures: int = 0
+    #: ``run_until_idle``: cycles in a row with nothing done and nothing pending.
+    idle_cycles: int = 0
 
 
 def default_owner() -> str:
@@ -200,21 +232,14 @@ class FeedWorker:
         self._touched: set[int] = set()
         self._seconds_per_item = 0.0  # running estimate, to size claims for slow processors
         self._last_checkpoint = -1e9
-        self._due = _NextDue()
         #: The feed's rate limits (read at every renewal) and, after a claim that a limit held
         #: back with no token at all, the seconds until the first token it waits for is due.
         self._limits: frozenset[RateKey] = frozenset()
         self._rate_wait: float | None = None
         self._rate_limited = False
         self._claims = 0  # rotates which group of rate-limited partitions claims first
-        #: Holding nothing, and the last census saw no open partition in the feed (see the module
-        #: docstring): renewals are skipped and a rest lasts until woken or the fallback.
-        self._quiet = False
-        #: A renewal was skipped while quiet: read the rate limits again before the next claim.
-        self._limits_stale = True
-        #: How many partitions we held when the last balance ended: fewer now means some ran out
-        #: (completed, or lost at a renewal) since then, and the top-up that calls for is owed.
-        self._held_after_balance = 0
+        #: The current (or last) run's loop state.
+        self._loop = _Loop(0.0, WarningThrottle(log, OUTAGE_REMINDER), WarningThrottle(log, OUTAGE_REMINDER))
 
     # -- public control -------------------------------------------------------------------------
     @property
@@ -333,114 +358,42 @@ class FeedWorker:
             if self.concurrency > 1
             else None
         )
-        started = self.clock.monotonic()
-        failures = 0
-        outage = WarningThrottle(log, OUTAGE_REMINDER, clock=self.clock.monotonic)
-        busy_db = WarningThrottle(log, OUTAGE_REMINDER, clock=self.clock.monotonic, grace=BUSY_GRACE)
-        self._due = _NextDue()
-        self._quiet = False
-        self._limits_stale = True
-        self._held_after_balance = 0
+        now = self.clock.monotonic
+        loop = self._loop = _Loop(
+            started=now(),
+            outage=WarningThrottle(log, OUTAGE_REMINDER, clock=now),
+            busy_db=WarningThrottle(log, OUTAGE_REMINDER, clock=now, grace=BUSY_GRACE),
+        )
+        loop.next_renew = loop.started
         if self.wake_ups and not until_idle:
             # Not listening yet: the first rest listens, then returns at once for a catch-up look.
             self._wake = WakeUps(
                 self.source, store.q["listen"], owner=self.owner, poll_interval=self.poll_interval,
-                clock=self.clock, outage=outage,
+                clock=self.clock, outage=loop.outage,
             )  # fmt: skip
         wake = self._wake
         try:
             if self.migrate:
                 store.migrate()
-            next_renew = started
-            last_balance = -1e9
-            idle_cycles = 0
-            woken = False  # a notification (or a catch-up) since the last cycle: look for work now
             while not self._stop.is_set():
-                now = self.clock.monotonic()
-                if timeout is not None and now - started > timeout:
+                at = now()
+                if timeout is not None and at - loop.started > timeout:
                     raise FeedTimeout(f"feed worker {self.owner} was not idle after {timeout:g}s")
                 try:
-                    balanced = False  # a renewal's balance ran this round
-                    if now >= next_renew:
-                        if self._held or not self._quiet:
-                            self._renew(store)
-                        else:
-                            # Quiet: nothing to renew, and no lease of ours unknown to us (the
-                            # census would have counted it). Limits matter from the next claim on.
-                            self._limits_stale = True
-                        self._balance(store, allow_steal=True)
-                        balanced = True
-                        next_renew, last_balance = now + self.renew_interval, now
-                    busy, waiting, short = self._cycle(store, pool)
-                    if (
-                        not busy
-                        and not (balanced and self._quiet)  # it just looked: nothing anywhere
-                        and (until_idle or woken or (short and now - last_balance >= self.poll_interval))
-                    ):
-                        # Idle, woken, or our partitions ran dry: look for free ones (stealing
-                        # waits for the renewal cycle, one partition at a time). A wake-up always
-                        # looks: its partition may be new, or just released.
-                        busy = self._balance(store, allow_steal=False) > 0
-                        last_balance = now
-                    woken = False
-                    busy_db.resolved("feed worker %s: the database is writable again", self.owner)
-                    if failures:
-                        outage.resolved(
-                            "feed worker %s: database reachable again after %.1fs (%d failed cycles)",
-                            self.owner, outage.duration(), failures,
-                        )  # fmt: skip
-                    failures = 0
+                    busy, waiting = self._step(store, pool, at, until_idle=until_idle)
                 except DatabaseRefusedError:
                     raise  # a refused login, a dropped database: permanent, never retried
-                except LockTimeoutError as exc:
-                    # "database is locked": another writer holds SQLite's one write lock. Nothing
-                    # was done; try again soon. A wait, not an outage: said only if it lasts.
-                    busy_db.warn(
-                        "feed worker %s: the database has been locked for a while (%s)", self.owner, exc
-                    )
-                    self._stop.wait(min(self.poll_interval, 0.05))
-                    continue
                 except DatabaseError as exc:
-                    failures += 1
-                    pause = min(self.renew_interval, self.poll_interval * 2 ** min(failures, 6))
-                    # One line per outage (and a reminder a minute while it lasts), not one per
-                    # cycle: a restart meets every cycle of its few seconds.
-                    outage.warn(
-                        "feed worker %s: database call failed (%s); retrying with backoff (up to %.1fs)",
-                        self.owner, exc, self.renew_interval,
-                    )  # fmt: skip
-                    self._stop.wait(pause)
+                    self._trouble(exc)
                     continue
                 if until_idle:
-                    idle_cycles = 0 if (busy or waiting) else idle_cycles + 1
-                    if idle_cycles >= 2:
+                    loop.idle_cycles = 0 if (busy or waiting) else loop.idle_cycles + 1
+                    if loop.idle_cycles >= 2:
                         break
                 if busy:
-                    self._due.stale = True  # something changed: what is due next may have too
+                    loop.due.stale = True  # something changed: what is due next may have too
                     continue
-                rate_wait = self._rate_wait
-                if rate_wait is not None:
-                    # Held back by a rate limit: rest until its next token is due (from the
-                    # bucket's level and rate), not for a poll interval, and never in a tight loop.
-                    rate_wait = min(max(rate_wait, MIN_REST), self.renew_interval)
-                    with self._lock:
-                        self._stats.rate_waits += 1
-                        self._stats.rate_wait_seconds += rate_wait
-                if wake is not None and self._inflight == 0:
-                    # Quiet, the next renewal has nothing to do: only a notification, work coming
-                    # due or the fallback ends the rest.
-                    renew_at = math.inf if self._quiet and not self._held else next_renew
-                    if len(self._held) < self._held_after_balance:
-                        # Partitions ran out since the last balance, and the top-up is throttled
-                        # to one per poll_interval: free ones that balance left to others may be
-                        # ours to take now, and next_due names only those that came due after it.
-                        # So rest no longer than the throttle, not until the fallback.
-                        renew_at = min(renew_at, last_balance + self.poll_interval)
-                    woken = self._rest(store, wake, renew_at, last_balance, rate_wait)
-                elif rate_wait is not None:
-                    self._idle_wait(min(rate_wait, self.poll_interval))
-                else:
-                    self._idle_wait(self.poll_interval if not until_idle or waiting else 0.0)
+                self._idle(store, wake, until_idle=until_idle, waiting=waiting)
         finally:
             self._wake = None
             try:
@@ -449,13 +402,95 @@ class FeedWorker:
                 if wake is not None:
                     wake.close()
 
+    def _step(
+        self, store: FeedStore, pool: ThreadPoolExecutor | None, now: float, *, until_idle: bool
+    ) -> tuple[bool, bool]:
+        """One round: the renewal when due, a cycle, and a top-up when idle, woken or running
+        dry. Returns (did something, work is pending but not ready)."""
+        loop = self._loop
+        balanced = False  # a renewal's balance ran this round
+        if now >= loop.next_renew:
+            if self._held or not loop.quiet:
+                self._renew(store)
+            else:
+                # Quiet: nothing to renew, and no lease of ours unknown to us (the census would
+                # have counted it). Limits matter from the next claim on.
+                loop.limits_stale = True
+            self._balance(store, allow_steal=True)
+            balanced = True
+            loop.next_renew, loop.last_balance = now + self.renew_interval, now
+        busy, waiting, short = self._cycle(store, pool)
+        if (
+            not busy
+            and not (balanced and loop.quiet)  # it just looked: nothing anywhere
+            and (until_idle or loop.woken or (short and now - loop.last_balance >= self.poll_interval))
+        ):
+            # Idle, woken, or our partitions ran dry: look for free ones (stealing waits for the
+            # renewal cycle, one partition at a time). A wake-up always looks: its partition may
+            # be new, or just released.
+            busy = self._balance(store, allow_steal=False) > 0
+            loop.last_balance = now
+        loop.woken = False
+        loop.busy_db.resolved("feed worker %s: the database is writable again", self.owner)
+        if loop.failures:
+            loop.outage.resolved(
+                "feed worker %s: database reachable again after %.1fs (%d failed cycles)",
+                self.owner, loop.outage.duration(), loop.failures,
+            )  # fmt: skip
+        loop.failures = 0
+        return busy, waiting
+
+    def _trouble(self, exc: DatabaseError) -> None:
+        """A round the database failed: said once per outage, then waited out with backoff."""
+        loop = self._loop
+        if isinstance(exc, LockTimeoutError):
+            # "database is locked": another writer holds SQLite's one write lock. Nothing was
+            # done; try again soon. A wait, not an outage: said only if it lasts.
+            loop.busy_db.warn(
+                "feed worker %s: the database has been locked for a while (%s)", self.owner, exc
+            )
+            self._stop.wait(min(self.poll_interval, 0.05))
+            return
+        loop.failures += 1
+        pause = min(self.renew_interval, self.poll_interval * 2 ** min(loop.failures, 6))
+        # One line per outage (and a reminder a minute while it lasts), not one per cycle: a
+        # restart meets every cycle of its few seconds.
+        loop.outage.warn(
+            "feed worker %s: database call failed (%s); retrying with backoff (up to %.1fs)",
+            self.owner, exc, self.renew_interval,
+        )  # fmt: skip
+        self._stop.wait(pause)
+
+    def _idle(self, store: FeedStore, wake: WakeUps | None, *, until_idle: bool, waiting: bool) -> None:
+        """Nothing done this round: wait for a rate limit's next token, rest on the listening
+        connection, or wait a poll interval (for outcomes from the pool, if any are due)."""
+        loop = self._loop
+        rate_wait = self._rate_wait
+        if rate_wait is not None:
+            # Held back by a rate limit: rest until its next token is due (from the bucket's
+            # level and rate), not for a poll interval, and never in a tight loop.
+            rate_wait = min(max(rate_wait, MIN_REST), self.renew_interval)
+            with self._lock:
+                self._stats.rate_waits += 1
+                self._stats.rate_wait_seconds += rate_wait
+        if wake is not None and self._inflight == 0:
+            # Quiet, the next renewal has nothing to do: only a notification, work coming due or
+            # the fallback ends the rest.
+            renew_at = math.inf if loop.quiet and not self._held else loop.next_renew
+            if len(self._held) < loop.held_after_balance:
+                # Partitions ran out since the last balance, and the top-up is throttled to one
+                # per poll_interval: free ones that balance left to others may be ours to take
+                # now, and next_due names only those that came due after it. So rest no longer
+                # than the throttle, not until the fallback.
+                renew_at = min(renew_at, loop.last_balance + self.poll_interval)
+            loop.woken = self._rest(store, wake, renew_at, rate_wait)
+        elif rate_wait is not None:
+            self._idle_wait(min(rate_wait, self.poll_interval))
+        else:
+            self._idle_wait(self.poll_interval if not until_idle or waiting else 0.0)
+
     def _rest(
-        self,
-        store: FeedStore,
-        wake: WakeUps,
-        next_renew: float,
-        last_balance: float,
-        rate_wait: float | None = None,
+        self, store: FeedStore, wake: WakeUps, next_renew: float, rate_wait: float | None = None
     ) -> bool:
         """Nothing to do and nothing in flight: rest on the listening connection until a
         notification, the next renewal, the next work due, or the fallback poll. True when woken
@@ -473,7 +508,7 @@ class FeedWorker:
                 with self._lock:
                     self._stats.wakeups += wake.notifications - before
             if woken:
-                self._due.stale = True
+                self._loop.due.stale = True
             return woken
         # Work that becomes claimable with nobody committing — items at our gates backing off
         # (retries, retry_in) or scheduled (not_before), claims of a worker that died, free
@@ -481,11 +516,11 @@ class FeedWorker:
         # first of it is due. Not only when our gates are open (a scheduled partition is nobody's
         # yet), but not before every rest either: the answer is kept until something changes
         # (see _NextDue), so an idle worker's renewal rests cost no extra statement.
-        due = self._due
+        due = self._loop.due
         if due.needs_asking(now, frozenset(self._held), self.fallback_poll):
             try:
                 # A partition that came due since our last balance is one we have not seen yet.
-                seconds = store.next_due(self.owner, now - last_balance + DUE_SLACK)
+                seconds = store.next_due(self.owner, now - self._loop.last_balance + DUE_SLACK)
                 due.answer(now, seconds, frozenset(self._held))
             except DatabaseError:
                 seconds = self.poll_interval  # the next cycle meets the trouble and reports it
@@ -583,7 +618,7 @@ class FeedWorker:
         """
         self._rate_wait = None
         self._rate_limited = False
-        if self._limits_stale:
+        if self._loop.limits_stale:
             self._read_limits(store)
         if not self._limits:
             return store.claim(self.owner, requested, self.lease)
@@ -806,18 +841,19 @@ class FeedWorker:
         # renewal (or, for a quiet worker, its next claim); a changed rate at once (a take reads
         # it from the bucket's row).
         self._limits = frozenset(limit.key for limit in store.rate_limits())
-        self._limits_stale = False
+        self._loop.limits_stale = False
 
     def _balance(self, store: FeedStore, *, allow_steal: bool) -> int:
         """One balancing step; returns how many partitions were gained."""
-        self._quiet = False
+        loop = self._loop
+        loop.quiet = False
         census = store.census()
         mine = len(self._held)
-        self._held_after_balance = mine
+        loop.held_after_balance = mine
         # No open partition in the whole feed, and none of ours: nothing to take, steal or take
         # over until something notifies (or comes due). available counts every lease, expired or
         # not, so a lease of ours we do not know about keeps this False (the renewal adopts it).
-        self._quiet = mine == 0 and census.available == 0
+        loop.quiet = mine == 0 and census.available == 0
         step = plan(self.owner, mine, census)
         self._target = step.target
         if step.release:
@@ -828,7 +864,7 @@ class FeedWorker:
                 for pid in ids:
                     self._held.pop(pid, None)
                 self._stats.released += released
-                self._held_after_balance = len(self._held)
+                loop.held_after_balance = len(self._held)
             log.info("feed worker %s released %d partition(s) (target %d)", self.owner, released, step.target)
             return 0
         if step.acquire <= 0:
@@ -856,7 +892,7 @@ class FeedWorker:
                 self._held[held.id] = held
             self._stats.acquired += len(got)
             self._stats.stolen += len(stolen)
-            self._held_after_balance = len(self._held)
+            loop.held_after_balance = len(self._held)
         return len(got) + len(stolen)
 
     # -- shutdown -------------------------------------------------------------------------------
