@@ -81,6 +81,9 @@ GATHER_DELAY = 0.02
 #: Shortest rest on the listening connection: a retry found due (or a renewal found late) is
 #: looked at again this soon, never in a tight loop.
 MIN_REST = 0.05
+#: ``next_due``'s window when every free partition that is due counts, however long ago it came
+#: due (seconds).
+ANY_AGE = 1e9
 #: Added to a retry's due time, so the worker wakes just after the item is claimable, not before.
 DUE_SLACK = 0.01
 
@@ -134,7 +137,8 @@ class _Loop:
     #: A renewal was skipped while quiet: read the rate limits again before the next claim.
     limits_stale: bool = True
     #: Partitions held when the last balance ended: fewer now means some ran out (completed, or
-    #: lost at a renewal) since then, and the top-up that calls for is owed.
+    #: lost at a renewal) since then, so free partitions that balance left to others count as
+    #: work coming due (see ``_rest``).
     held_after_balance: int = 0
     #: What next_due last said, and when to ask again.
     due: _NextDue = field(default_factory=_NextDue)
@@ -477,12 +481,6 @@ class FeedWorker:
             # Quiet, the next renewal has nothing to do: only a notification, work coming due or
             # the fallback ends the rest.
             renew_at = math.inf if loop.quiet and not self._held else loop.next_renew
-            if len(self._held) < loop.held_after_balance:
-                # Partitions ran out since the last balance, and the top-up is throttled to one
-                # per poll_interval: free ones that balance left to others may be ours to take
-                # now, and next_due names only those that came due after it. So rest no longer
-                # than the throttle, not until the fallback.
-                renew_at = min(renew_at, loop.last_balance + self.poll_interval)
             loop.woken = self._rest(store, wake, renew_at, rate_wait)
         elif rate_wait is not None:
             self._idle_wait(min(rate_wait, self.poll_interval))
@@ -516,11 +514,16 @@ class FeedWorker:
         # first of it is due. Not only when our gates are open (a scheduled partition is nobody's
         # yet), but not before every rest either: the answer is kept until something changes
         # (see _NextDue), so an idle worker's renewal rests cost no extra statement.
-        due = self._loop.due
+        loop = self._loop
+        due = loop.due
         if due.needs_asking(now, frozenset(self._held), self.fallback_poll):
+            # A partition that came due since our last balance is one we have not seen yet. Once
+            # partitions of ours ran out since that balance (its top-up is throttled to one per
+            # poll_interval), the free ones it left to others may be ours to take: all count then.
+            ran_out = len(self._held) < loop.held_after_balance
+            since = ANY_AGE if ran_out else now - loop.last_balance
             try:
-                # A partition that came due since our last balance is one we have not seen yet.
-                seconds = store.next_due(self.owner, now - self._loop.last_balance + DUE_SLACK)
+                seconds = store.next_due(self.owner, since + DUE_SLACK)
                 due.answer(now, seconds, frozenset(self._held))
             except DatabaseError:
                 seconds = self.poll_interval  # the next cycle meets the trouble and reports it
@@ -845,11 +848,15 @@ class FeedWorker:
 
     def _balance(self, store: FeedStore, *, allow_steal: bool) -> int:
         """One balancing step; returns how many partitions were gained."""
+        gained = self._balance_step(store, allow_steal=allow_steal)
+        self._loop.held_after_balance = len(self._held)  # what a balance that ran left us with
+        return gained
+
+    def _balance_step(self, store: FeedStore, *, allow_steal: bool) -> int:
         loop = self._loop
         loop.quiet = False
         census = store.census()
         mine = len(self._held)
-        loop.held_after_balance = mine
         # No open partition in the whole feed, and none of ours: nothing to take, steal or take
         # over until something notifies (or comes due). available counts every lease, expired or
         # not, so a lease of ours we do not know about keeps this False (the renewal adopts it).
@@ -864,7 +871,6 @@ class FeedWorker:
                 for pid in ids:
                     self._held.pop(pid, None)
                 self._stats.released += released
-                loop.held_after_balance = len(self._held)
             log.info("feed worker %s released %d partition(s) (target %d)", self.owner, released, step.target)
             return 0
         if step.acquire <= 0:
@@ -892,7 +898,6 @@ class FeedWorker:
                 self._held[held.id] = held
             self._stats.acquired += len(got)
             self._stats.stolen += len(stolen)
-            loop.held_after_balance = len(self._held)
         return len(got) + len(stolen)
 
     # -- shutdown -------------------------------------------------------------------------------

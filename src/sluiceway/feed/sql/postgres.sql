@@ -474,7 +474,8 @@ LISTEN {raw_wake_channel}
 -- partition scheduled for later (not_before) — or one that came due since the worker last
 -- looked for free partitions (`since` seconds ago: it may have come due while the worker was busy,
 -- and it must not sleep past it; older ones it has seen, and leaves to others when at its target,
--- so they cannot keep it awake). Seconds from now by the database clock (skewed worker clocks do
+-- so they cannot keep it awake — unless partitions of its own ran out since that look: then it is
+-- below the target it left them at, and asks with a `since` of any age). Seconds from now by the database clock (skewed worker clocks do
 -- not matter; negative: due already); NULL when there is none (LEAST ignores NULLs). The items
 -- part has the claim's join and conditions (our lease too: an item the claim would not take must
 -- not count as due, or the worker would wake for nothing until its renewal), over the open
