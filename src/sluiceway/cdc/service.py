@@ -21,6 +21,7 @@ from typing import Any
 from sluiceway.cdc.capture import CaptureOptions, SlotCapture
 from sluiceway.cdc.errors import StreamInterrupted
 from sluiceway.cdc.pgoutput import format_lsn
+from sluiceway.cdc.progress import CaptureJournal, CdcStatus, read_progress
 from sluiceway.cdc.target import JournalTarget
 from sluiceway.errors import DatabaseUnavailableError
 
@@ -147,61 +148,34 @@ class CaptureService:
             self.target = None
 
 
-def describe(service: CaptureService) -> dict[str, Any]:
+def describe(service: CaptureService) -> CdcStatus:
     """Per table: copy phase and progress; the slot (confirmed position, WAL it retains); the
     capture's journal (records, and the stream position it holds). Reads only."""
-    from sluiceway.cdc.pgoutput import format_lsn
     from sluiceway.cdc.postgres import CdcSession
-    from sluiceway.cdc.state import SourceState, TableCopy
     from sluiceway.cdc.target import POSITION_REGISTER
     from sluiceway.journal import Journal, JournalNotFoundError
 
     options = service.options
     session = CdcSession(options.dsn)
     try:
-        state = SourceState(options.state_dir).load()
-        tables = []
-        for table in session.resolve_tables(options.tables):
-            progress = state.tables.get(table.namespace, TableCopy())
-            phase = "sync" if options.snapshot != "initial" or progress.done else "copy"
-            tables.append(
-                {
-                    "table": table.namespace,
-                    "phase": phase,
-                    "rows_copied": progress.rows,
-                    "chunks": progress.chunks,
-                    "complete_at": None
-                    if progress.completed_at is None
-                    else format_lsn(progress.completed_at),
-                }
-            )
-        info = session.slot(options.slot)
+        tables, slot = read_progress(
+            session, options.state_dir, options.tables, snapshot=options.snapshot, slot=options.slot
+        )
     finally:
         session.close()
-    slot = (
-        None
-        if info is None
-        else {
-            "slot": options.slot,
-            "confirmed_lsn": format_lsn(info.confirmed),
-            "restart_lsn": format_lsn(info.restart),
-            "wal_retained_bytes": info.retained,
-            "active_pid": info.active_pid,
-        }
-    )
-    journal: dict[str, Any] | None = None
+    journal = None
     try:
         with Journal.open(service.log_dir, read_only=True) as log_journal:
             held = log_journal.registers().get(POSITION_REGISTER)
-            journal = {
-                "path": str(service.log_dir),
-                "records": log_journal.head,
-                "position": None if held is None else format_lsn(int(held)),
-                "consumers": log_journal.consumers(),
-            }
+            journal = CaptureJournal(
+                path=str(service.log_dir),
+                records=log_journal.head,
+                position=None if held is None else format_lsn(int(held)),
+                consumers=log_journal.consumers(),
+            )
     except JournalNotFoundError:
         pass
-    return {"tables": tables, "slot": slot, "journal": journal}
+    return CdcStatus(tables, slot, journal)
 
 
 class _NoLogYet:

@@ -18,7 +18,8 @@ from rich.text import Text
 
 from sluiceway.cli.common import console, err_console, fail, friendly_errors, styled
 from sluiceway.metrics import parse_metrics_addr
-from sluiceway.overview import Workspace, collect, unhealthy
+from sluiceway.overview import StatusReport, Workspace, collect, unhealthy
+from sluiceway.overview.report import Entry, Leader, Scheduled
 
 CONFIG = typer.Option(Path("sluice.yaml"), "--config", "-c", help="The workspace file: what to watch.")
 _HEALTH_STYLE = {"ok": "green", "stuck": "bold yellow", "unavailable": "bold red"}
@@ -48,42 +49,44 @@ def _n(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def _scheduled(scheduled: dict[str, Any] | None) -> str:
+def _scheduled(scheduled: Scheduled | None) -> str:
     """A feed's scheduled work: "2 partitions, 5 items, next 2030-01-01T08:00:00Z", or "-"."""
-    if not scheduled or not (scheduled["partitions"] or scheduled["items"]):
+    if not scheduled or not (scheduled.partitions or scheduled.items):
         return "-"
-    due = str(scheduled["next_due"]).split(".")[0].replace("+00:00", "") + "Z"
-    return f"{scheduled['partitions']} partitions, {scheduled['items']} items, next {due}"
+    due = str(scheduled.next_due).split(".")[0].replace("+00:00", "") + "Z"
+    return f"{scheduled.partitions} partitions, {scheduled.items} items, next {due}"
 
 
-def _health(entry: dict[str, Any]) -> Text:
-    return styled((entry["health"], _HEALTH_STYLE.get(entry["health"], "")))
+def _health(entry: Entry) -> Text:
+    return styled((entry.health, _HEALTH_STYLE.get(entry.health, "")))
 
 
-def _tables(report: dict[str, Any]) -> Group:
+def _leader(leader: Leader | None) -> tuple[str, str]:
+    """The holder and its term, as two cells ("-" when nobody holds the lease)."""
+    return ("-", "-") if leader is None else (leader.holder, _age(leader.term_seconds))
+
+
+def _tables(report: StatusReport) -> Group:
     out: list[Table] = []
-    if report["outboxes"]:
+    if report.outboxes:
         t = Table(title="outboxes", title_justify="left")
         for col in ("name", "health", "rows", "oldest row", "in flight", "dead letters", "leader", "term"):
             t.add_column(col)
-        for e in report["outboxes"]:
-            leader = e["leader"] or {}
+        for o in report.outboxes:
             t.add_row(
-                e["name"], _health(e), _n(e["rows"]), _age(e["oldest_age_seconds"]), _n(e["in_flight"]),
-                _n(e["dead_letters"]), str(leader.get("holder") or "-"), _age(leader.get("term_seconds")),
+                o.name, _health(o), _n(o.rows), _age(o.oldest_age_seconds), _n(o.in_flight),
+                _n(o.dead_letters), *_leader(o.leader),
             )  # fmt: skip
         out.append(t)
-    if report["journals"]:
+    if report.journals:
         t = Table(title="journals", title_justify="left")
         for col in ("name", "health", "head", "segments", "bytes", "consumers (lag)"):
             t.add_column(col)
-        for e in report["journals"]:
-            consumers = ", ".join(f"{c['name']} ({c['lag']})" for c in e["consumers"] or [])
-            t.add_row(
-                e["name"], _health(e), _n(e["head"]), _n(e["segments"]), _n(e["bytes"]), consumers or "-"
-            )
+        for j in report.journals:
+            consumers = ", ".join(f"{c.name} ({c.lag})" for c in j.consumers or [])
+            t.add_row(j.name, _health(j), _n(j.head), _n(j.segments), _n(j.bytes), consumers or "-")
         out.append(t)
-    if report["pipelines"]:
+    if report.pipelines:
         t = Table(title="pipelines", title_justify="left")
         for col in (
             "pipeline",
@@ -96,50 +99,45 @@ def _tables(report: dict[str, Any]) -> Group:
             "last error",
         ):
             t.add_column(col)
-        for e in report["pipelines"]:
-            for i, s in enumerate(e["sinks"] or [None]):
-                head = (e["name"], _health(e)) if i == 0 else ("", "")
+        for p in report.pipelines:
+            for i, s in enumerate(p.sinks or [None]):
+                head = (p.name, _health(p)) if i == 0 else ("", "")
                 if s is None:
                     t.add_row(*head, "-", "-", "-", "-", "-", "")
                     continue
-                err = s["error"] or {}
+                err = s.error or {}
                 at = f"@{err['offset']} " if err.get("offset") is not None else ""
                 message = (at + str(err.get("message", "")).splitlines()[0])[:60] if err else ""
-                position = (
-                    json.dumps(s["committed_offset"])
-                    if isinstance(s["committed_offset"], dict)
-                    else s["committed_offset"]
-                )
-                t.add_row(*head, s["name"], s["state"], _n(position), _n(s["lag"]), _n(s["records"]), message)
+                offset = s.committed_offset
+                position = json.dumps(offset) if isinstance(offset, dict) else offset
+                t.add_row(*head, s.name, s.state, _n(position), _n(s.lag), _n(s.records), message)
         out.append(t)
-    if report["feeds"]:
+    if report.feeds:
         t = Table(title="feeds", title_justify="left")
         columns = ("name", "health", "partitions", "items (status@gate)", "ready", "scheduled", "live leases")
         for col in (*columns, "expired"):
             t.add_column(col)
-        for e in report["feeds"]:
-            parts = ", ".join(f"{p['count']} {p['status']}@{p['gate']}" for p in e["partitions"] or [])
-            items = ", ".join(f"{i['count']} {i['status']}@{i['gate']}" for i in e["items"] or [])
+        for f in report.feeds:
+            parts = ", ".join(f"{g.count} {g.status}@{g.gate}" for g in f.partitions or [])
+            items = ", ".join(f"{g.count} {g.status}@{g.gate}" for g in f.items or [])
             t.add_row(
-                e["name"], _health(e), parts or "-", items or "-", _n(e["ready_items"]),
-                _scheduled(e["scheduled"]), _n(e["live_leases"]), _n(e["expired_leases"]),
+                f.name, _health(f), parts or "-", items or "-", _n(f.ready_items),
+                _scheduled(f.scheduled), _n(f.live_leases), _n(f.expired_leases),
             )  # fmt: skip
         out.append(t)
-    if report.get("captures"):
+    if report.captures:
         t = Table(title="captures", title_justify="left")
         for col in ("name", "health", "destination", "slot", "confirmed", "WAL retained", "published",
                     "leader", "tables copying", "skipped / dead letters"):  # fmt: skip
             t.add_column(col)
-        for e in report["captures"]:
-            slot = e["slot"] or {}
-            leader = e["leader"] or {}
-            refusals = e.get("refusals") or {}
-            copying = [x["table"] for x in e["tables"] or [] if x["phase"] == "copy"]
+        for c in report.captures:
+            copying = [x.table for x in c.tables or [] if x.phase == "copy"]
+            refused = c.refusals
             t.add_row(
-                e["name"], _health(e), e["destination"] or "-", e["slot_name"] or "-",
-                slot.get("confirmed_lsn") or "-", _n(slot.get("wal_retained_bytes")),
-                e["published_lsn"] or "-", str(leader.get("holder") or "-"), ", ".join(copying) or "-",
-                f"{_n(refusals.get('skipped'))} / {_n(refusals.get('dead_lettered'))}",
+                c.name, _health(c), c.destination or "-", c.slot_name or "-",
+                c.slot.confirmed_lsn if c.slot else "-", _n(c.slot and c.slot.wal_retained_bytes),
+                c.published_lsn or "-", _leader(c.leader)[0], ", ".join(copying) or "-",
+                "- / -" if refused is None else f"{refused.skipped} / {refused.dead_lettered}",
             )  # fmt: skip
         out.append(t)
     problems = unhealthy(report)
@@ -147,8 +145,8 @@ def _tables(report: dict[str, Any]) -> Group:
     footer.add_row(
         styled(("nothing stuck", "green")) if not problems else styled(("problems:", "bold yellow"))
     )
-    for p in problems:
-        footer.add_row(f"  - {p}")
+    for problem in problems:
+        footer.add_row(f"  - {problem}")
     return Group(*out, footer)
 
 
@@ -188,14 +186,14 @@ def status(
     report = collect(workspace)
     if not watch:
         if fmt == "json":
-            typer.echo(json.dumps(report, default=str))
+            typer.echo(json.dumps(report.to_json(), default=str))
         else:
             console.print(_tables(report))
     else:
         try:
             if fmt == "json":
                 while True:
-                    typer.echo(json.dumps(report, default=str))
+                    typer.echo(json.dumps(report.to_json(), default=str))
                     time.sleep(interval)
                     report = collect(workspace)
             with Live(_tables(report), console=console, auto_refresh=False) as live:

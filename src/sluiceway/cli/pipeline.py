@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Any
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -19,6 +20,9 @@ from sluiceway.cli.common import (
     setup_logging,
     styled,
 )
+
+if TYPE_CHECKING:
+    from sluiceway.cdc.progress import CdcStatus
 
 app = typer.Typer(
     help=(
@@ -174,7 +178,7 @@ def status_cmd(
         for r in rows:
             console.print_json(json.dumps(r.as_dict(), default=str))
         if source is not None:
-            console.print_json(json.dumps({"source": source}, default=str))
+            console.print_json(json.dumps({"source": asdict(source)}, default=str))
         return
     if source is not None:
         _print_cdc(source)
@@ -204,29 +208,27 @@ def _position(position: Any) -> str:
     return json.dumps(position) if isinstance(position, dict) else str(position)
 
 
-def _print_cdc(source: dict[str, Any]) -> None:
+def _print_cdc(source: CdcStatus) -> None:
     tables = Table(title="source tables")
     for col in ("table", "phase", "rows copied", "chunks", "copy complete at"):
         tables.add_column(col)
-    for t in source["tables"]:
-        tables.add_row(
-            t["table"], t["phase"], str(t["rows_copied"]), str(t["chunks"]), t["complete_at"] or "-"
-        )
+    for t in source.tables:
+        tables.add_row(t.table, t.phase, str(t.rows_copied), str(t.chunks), t.complete_at or "-")
     console.print(tables)
-    slot = source["slot"]
+    slot = source.slot
     if slot is None:
         console.print("slot: not created yet")
     else:
         console.print(
-            f"slot {slot['slot']}: confirmed {slot['confirmed_lsn']}, holds {slot['wal_retained_bytes']:,} "
-            "bytes of WAL" + (f", in use by pid {slot['active_pid']}" if slot["active_pid"] else ""),
+            f"slot {slot.slot}: confirmed {slot.confirmed_lsn}, holds {slot.wal_retained_bytes:,} "
+            "bytes of WAL" + (f", in use by pid {slot.active_pid}" if slot.active_pid else ""),
             highlight=False,
         )
-    journal = source.get("journal")
+    journal = source.journal
     if journal is not None:
         console.print(
-            f"capture journal {journal['path']}: {journal['records']:,} records, holds the stream up to "
-            f"{journal['position'] or '-'}",
+            f"capture journal {journal.path}: {journal.records:,} records, holds the stream up to "
+            f"{journal.position or '-'}",
             highlight=False,
             markup=False,
             soft_wrap=True,

@@ -4,11 +4,12 @@ the operator's actions. ``sluice status`` prints it; ``sluice ui`` serves it (:m
 >>> from sluiceway.config import validate
 >>> from sluiceway.overview import Workspace, collect
 >>> report = collect(validate(Workspace, {"journals": [{"name": "bus", "path": "./nowhere"}]}))
->>> report["journals"][0]["health"]
+>>> report.journals[0].health.value
 'unavailable'
 """
 
 from sluiceway.overview.checks import evaluate, unhealthy
+from sluiceway.overview.report import Health, StatusReport
 from sluiceway.overview.status import KINDS, collect, find
 from sluiceway.overview.workspace import Checks, FeedWatch, JournalWatch, OutboxWatch, Workspace
 
@@ -16,8 +17,10 @@ __all__ = [
     "KINDS",
     "Checks",
     "FeedWatch",
+    "Health",
     "JournalWatch",
     "OutboxWatch",
+    "StatusReport",
     "Workspace",
     "collect",
     "evaluate",

@@ -11,50 +11,39 @@ the checks report (:func:`~sluiceway.overview.checks.capture_problems`).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from sluiceway.capture import CaptureConfig
 from sluiceway.capture.refusals import RefusalLog
 from sluiceway.capture.target import PositionFile
 from sluiceway.cdc.pgoutput import format_lsn
 from sluiceway.cdc.postgres import CdcSession
-from sluiceway.cdc.state import SourceState, TableCopy
+from sluiceway.cdc.progress import read_progress
 from sluiceway.db import Database
 from sluiceway.overview.leases import leader_of
+from sluiceway.overview.report import CaptureEntry, CaptureRefusals, Election
 
 
-def capture_settings(config: CaptureConfig, path: str) -> dict[str, Any]:
+def capture_settings(config: CaptureConfig, path: str) -> CaptureEntry:
     """The fields a capture's file alone gives (shown even when its database cannot be read)."""
     c = config.capture
-    return {
-        "file": path,
-        "destination": c.describe_destination(),
-        "slot_name": c.slot,
-        "election": {"kind": c.election.kind, "name": c.election_name},
-        "state_dir": c.state_path,
-    }
+    return CaptureEntry(
+        name=c.name,
+        file=path,
+        destination=c.describe_destination(),
+        slot_name=c.slot,
+        election=Election(c.election.kind, c.election_name),
+        state_dir=c.state_path,
+    )
 
 
-def capture_status(config: CaptureConfig) -> dict[str, Any]:
+def capture_status(config: CaptureConfig, path: str) -> CaptureEntry:
     """The figures of ``sluice status`` for one capture (see docs/operations.md for each field)."""
     c = config.capture
     session = CdcSession(c.dsn)
     try:
-        copy = SourceState(c.state_path).load()
-        tables = []
-        for table in session.resolve_tables(c.table_list):
-            progress = copy.tables.get(table.namespace, TableCopy())
-            tables.append(
-                {
-                    "table": table.namespace,
-                    "phase": "sync" if c.snapshot != "initial" or progress.done else "copy",
-                    "rows_copied": progress.rows,
-                    "chunks": progress.chunks,
-                    "complete_at": progress.completed_at and format_lsn(progress.completed_at),
-                }
-            )
-        info = session.slot(c.slot)
+        tables, slot = read_progress(session, c.state_path, c.table_list, snapshot=c.snapshot, slot=c.slot)
     finally:
         session.close()
     leader = None
@@ -63,24 +52,16 @@ def capture_status(config: CaptureConfig) -> dict[str, Any]:
             leader = leader_of(db, c.election_name, c.lease_table)  # election.schema
     published = PositionFile(Path(c.state_path) / "published.lsn").read()
     refusals = RefusalLog(c.state_path).read()
-    return {
-        "slot": None
-        if info is None
-        else {
-            "slot": c.slot,
-            "confirmed_lsn": format_lsn(info.confirmed),
-            "restart_lsn": format_lsn(info.restart),
-            "wal_retained_bytes": info.retained,
-            "active_pid": info.active_pid,
-        },
-        "leader": leader,
-        "published_lsn": None if published is None else format_lsn(published),
-        "tables": tables,
-        # Changes the destination refuses for good (docs/cdc.md, "A change the destination refuses").
-        "refusals": {
-            "stuck": None if refusals.stuck is None else refusals.stuck.to_json(),
-            "to_skip": len(refusals.skips),
-            "skipped": refusals.skipped,
-            "dead_lettered": refusals.dead_lettered,
-        },
-    }
+    return replace(
+        capture_settings(config, path),
+        slot=slot,
+        leader=leader,
+        published_lsn=None if published is None else format_lsn(published),
+        tables=tables,
+        refusals=CaptureRefusals(
+            stuck=None if refusals.stuck is None else refusals.stuck.to_json(),
+            to_skip=len(refusals.skips),
+            skipped=refusals.skipped,
+            dead_lettered=refusals.dead_lettered,
+        ),
+    )

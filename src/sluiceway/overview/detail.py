@@ -12,9 +12,11 @@ from typing import Any
 from sluiceway.db import Database
 from sluiceway.feed import Feed, Partition, Status
 from sluiceway.journal import Journal
+from sluiceway.overview.report import PipelineEntry
 from sluiceway.overview.status import load_pipeline
 from sluiceway.overview.values import iso, preview
 from sluiceway.overview.workspace import FeedWatch
+from sluiceway.pipeline.state import SinkHealth
 
 #: Most records one journal page shows.
 MAX_RECORDS = 500
@@ -56,17 +58,17 @@ def stopped_record(spec_path: str, offset: int, root: str | None = None) -> dict
     }
 
 
-def stopped_records(entry: dict[str, Any], root: str | None = None) -> dict[str, Any]:
+def stopped_records(entry: PipelineEntry, root: str | None = None) -> dict[str, Any]:
     """Sink name → the record each failed sink of a pipeline's status ``entry`` stopped on (or
     why it cannot be read: the page still shows the sink's error without it)."""
     stopped: dict[str, Any] = {}
-    for sink in entry["sinks"] or []:
-        offset = (sink["error"] or {}).get("offset")
-        if sink["state"] == "failed" and isinstance(offset, int):
+    for sink in entry.sinks or []:
+        offset = (sink.error or {}).get("offset")
+        if sink.state == SinkHealth.FAILED and isinstance(offset, int) and entry.spec is not None:
             try:
-                stopped[sink["name"]] = stopped_record(entry["spec"], offset, root)
+                stopped[sink.name] = stopped_record(entry.spec, offset, root)
             except Exception as exc:  # any source error: shown in place of the record
-                stopped[sink["name"]] = {"error": f"cannot read the record: {exc}"}
+                stopped[sink.name] = {"error": f"cannot read the record: {exc}"}
     return stopped
 
 

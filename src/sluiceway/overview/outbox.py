@@ -5,12 +5,12 @@ retrying or resolving a dead letter is an action (:mod:`sluiceway.overview.actio
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
-from sluiceway.db import Database, QuerySet
+from sluiceway.db import Database, QuerySet, parse_dsn
 from sluiceway.outbox import OutboxLayout, discover, outbox_stats
 from sluiceway.overview.leases import leader_of
+from sluiceway.overview.report import OutboxEntry
 from sluiceway.overview.values import iso, preview
 from sluiceway.overview.workspace import OutboxWatch
 
@@ -19,19 +19,25 @@ def _queries(db: Database, layout: OutboxLayout) -> QuerySet:
     return QuerySet("sluiceway.overview", db.dialect, outbox=layout.table, dead=layout.dead_table)
 
 
-def outbox_status(db: Database, watch: OutboxWatch) -> dict[str, Any]:
+def outbox_settings(watch: OutboxWatch) -> OutboxEntry:
+    """The fields the workspace alone gives (shown even when the database cannot be read)."""
+    return OutboxEntry(name=watch.name, dsn=parse_dsn(watch.dsn).redacted(), table=watch.table)
+
+
+def outbox_status(db: Database, watch: OutboxWatch) -> OutboxEntry:
     """The figures of ``sluice status`` for one outbox (see docs/operations.md for each field)."""
     layout = discover(db, watch.table)
     stats = outbox_stats(db, layout)
     leader = None if watch.election is None else leader_of(db, watch.election, watch.lease_table)
-    return {
-        "table": layout.table,
-        "rows": stats.rows,
-        "oldest_age_seconds": stats.oldest_age_seconds,
-        "in_flight": stats.marked,
-        "dead_letters": stats.dead,
-        "leader": leader,
-    }
+    return replace(
+        outbox_settings(watch),
+        table=layout.table,
+        rows=stats.rows,
+        oldest_age_seconds=stats.oldest_age_seconds,
+        in_flight=stats.marked,
+        dead_letters=stats.dead,
+        leader=leader,
+    )
 
 
 @dataclass(frozen=True, slots=True)

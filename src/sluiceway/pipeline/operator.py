@@ -10,7 +10,7 @@ Spark and lives on :class:`~sluiceway.pipeline.runner.Pipeline`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -20,6 +20,9 @@ from sluiceway.pipeline.record import RECORD_SCHEMA
 from sluiceway.pipeline.sources.adapters import adapter
 from sluiceway.pipeline.spec import PipelineSpec
 from sluiceway.pipeline.state import SinkHealth, StateStore
+
+if TYPE_CHECKING:
+    from sluiceway.cdc.progress import CdcStatus
 
 __all__ = ["Checkpoint", "SinkStatus", "inspect", "read_checkpoint", "skip", "source_status", "status"]
 
@@ -78,7 +81,7 @@ def status(spec: PipelineSpec) -> list[SinkStatus]:
     return out
 
 
-def source_status(spec: PipelineSpec) -> dict[str, Any] | None:
+def source_status(spec: PipelineSpec) -> CdcStatus | None:
     """What the source itself reports beyond the sinks: for CDC, each table's phase (copy with its
     progress, or sync) and the slot (confirmed position, WAL retained). ``None`` for others."""
     return adapter(spec).status(spec)

@@ -20,8 +20,8 @@ import functools
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, cast
+from dataclasses import asdict, dataclass
+from typing import Any, TypeVar, cast
 from urllib.parse import parse_qs, quote, urlencode
 
 import jinja2
@@ -38,10 +38,13 @@ from sluiceway.overview import Workspace, actions, collect
 from sluiceway.overview.actions import StepLauncher, Steps, launch_step
 from sluiceway.overview.detail import feed_listing, journal_records, stopped_records
 from sluiceway.overview.outbox import DeadLetter, OutboxRow, outbox_listings
+from sluiceway.overview.report import Entry, FeedEntry, JournalEntry, OutboxEntry, PipelineEntry
 from sluiceway.overview.status import collect_one
 from sluiceway.overview.workspace import NotWatchedError
 
 log = logging.getLogger("sluiceway.ui")
+
+E = TypeVar("E", bound=Entry)
 
 COOKIE = "sluice_token"
 #: Records a journal page shows when no range is asked for.
@@ -116,7 +119,7 @@ def _templates() -> Jinja2Templates:
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
-    env.filters.update(seconds=_format_seconds, size=_format_bytes, number=_number, q=_segment)
+    env.filters.update(seconds=_format_seconds, size=_format_bytes, number=_number, q=_segment, plain=asdict)
     return Jinja2Templates(env=env)
 
 
@@ -187,12 +190,14 @@ def _guarded(handler: Page) -> Page:
     return run
 
 
-def _status(request: Request, kind: str) -> dict[str, Any]:
+def _status(request: Request, kind: str, of: type[E]) -> E:
     """The status entry of what the page is about (its ``name``); 404 if nothing is watched by it."""
     try:
-        return collect_one(_console(request).workspace, kind, request.path_params["name"])
+        entry = collect_one(_console(request).workspace, kind, request.path_params["name"])
     except NotWatchedError as exc:
         raise HTTPException(404, str(exc)) from exc
+    assert isinstance(entry, of), f"{kind} holds {type(entry).__name__}"
+    return entry
 
 
 @_guarded
@@ -202,18 +207,18 @@ def overview(request: Request) -> Response:
 
 @_guarded
 def api_status(request: Request) -> Response:
-    return JSONResponse(collect(_console(request).workspace))
+    return JSONResponse(collect(_console(request).workspace).to_json())
 
 
 @_guarded
 def outbox(request: Request) -> Response:
-    entry = _status(request, "outboxes")
+    entry = _status(request, "outboxes", OutboxEntry)
     rows: list[OutboxRow] = []
     dead: list[DeadLetter] = []
     error = None
-    if entry["error"] is None:
+    if entry.error is None:
         try:
-            rows, dead = outbox_listings(_console(request).workspace.outbox(entry["name"]))
+            rows, dead = outbox_listings(_console(request).workspace.outbox(entry.name))
         except SluicewayError as exc:
             error = str(exc)
     return _page(request, "outbox.html", entry=entry, rows=rows, dead=dead, error=error)
@@ -221,16 +226,16 @@ def outbox(request: Request) -> Response:
 
 @_guarded
 def journal(request: Request) -> Response:
-    entry = _status(request, "journals")
+    entry = _status(request, "journals", JournalEntry)
     records: list[dict[str, Any]] = []
     start = end = 0
     error = None
-    if entry["error"] is None:
-        head, first = int(entry["head"]), int(entry["start"])
+    if entry.error is None and entry.path is not None:
+        head, first = entry.head or 0, entry.start or 0
         try:
             end = int(request.query_params.get("to") or head)
             start = int(request.query_params.get("from") or max(first, end - DEFAULT_RECORDS))
-            records = journal_records(entry["path"], start, end)
+            records = journal_records(entry.path, start, end)
         except ValueError:
             error = "from and to are offsets: whole numbers"
         except SluicewayError as exc:
@@ -240,19 +245,19 @@ def journal(request: Request) -> Response:
 
 @_guarded
 def pipeline(request: Request) -> Response:
-    entry = _status(request, "pipelines")
+    entry = _status(request, "pipelines", PipelineEntry)
     stopped = stopped_records(entry, _console(request).workspace.root)
     return _page(request, "pipeline.html", entry=entry, stopped=stopped)
 
 
 @_guarded
 def feed(request: Request) -> Response:
-    entry = _status(request, "feeds")
+    entry = _status(request, "feeds", FeedEntry)
     listing, error = None, None
-    if entry["error"] is None:
+    if entry.error is None:
         try:
             after = int(request.query_params.get("after") or 0)
-            listing = feed_listing(_console(request).workspace.feed(entry["name"]), after=after)
+            listing = feed_listing(_console(request).workspace.feed(entry.name), after=after)
         except ValueError:
             error = "after is a partition id: a whole number"
         except SluicewayError as exc:

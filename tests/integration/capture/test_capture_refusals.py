@@ -96,7 +96,7 @@ def test_a_row_too_large_for_nats_stops_the_capture_until_it_is_skipped(tables: 
         assert as_json["stuck"]["lsn"] == lsn and as_json["skipped"] == 0
         workspace = tmp_path / "sluice.yaml"
         workspace.write_text(yaml.safe_dump({"captures": [str(file)]}))
-        entry = collect(Workspace.from_file(workspace))["captures"][0]
+        entry = collect(Workspace.from_file(workspace)).to_json()["captures"][0]
         assert entry["refusals"]["stuck"]["key"] == "2" and "refuses" in entry["problems"][0]
 
         wrong = sluice("capture", "skip", "-f", str(file), "--lsn", "0/1", cwd=tmp_path)
@@ -125,7 +125,7 @@ def test_a_row_too_large_for_nats_stops_the_capture_until_it_is_skipped(tables: 
         assert synced == [("1", 1), ("3", 1), ("2", 2)]
         refusals = RefusalLog(tmp_path / "state").read()
         assert refusals.stuck is None and refusals.skipped == 1 and refusals.skips == []
-        entry = collect(Workspace.from_file(workspace))["captures"][0]
+        entry = collect(Workspace.from_file(workspace)).to_json()["captures"][0]
         assert entry["refusals"]["skipped"] == 1 and not any("refuses" in p for p in entry["problems"])
     finally:
         place.cleanup()

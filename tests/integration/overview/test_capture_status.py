@@ -70,7 +70,7 @@ def test_a_running_capture_then_a_stopped_one(cdc_dsn: str, tmp_path: Path) -> N
     with Capture(str(tmp_path / "capture.yaml")) as capture:
         wait_until(lambda: capture.position > 0, timeout=30, message="the capture's first position")
         wait_until(
-            lambda: collect(workspace)["captures"][0]["tables"][0]["phase"] == "sync",
+            lambda: collect(workspace).to_json()["captures"][0]["tables"][0]["phase"] == "sync",
             timeout=30,
             message="the copy of public.t to finish",
         )
@@ -80,7 +80,7 @@ def test_a_running_capture_then_a_stopped_one(cdc_dsn: str, tmp_path: Path) -> N
             conn.execute("INSERT INTO t VALUES (21, 'after')")
         mark = capture.position
         wait_until(lambda: capture.position > mark, timeout=30, message="the change to be published")
-        (entry,) = collect(workspace)["captures"]
+        (entry,) = collect(workspace).to_json()["captures"]
         assert (entry["name"], entry["health"], entry["problems"], entry["error"]) == ("c1", "ok", [], None)
         assert entry["destination"] == f"journal {tmp_path / 'j'}"
         assert (entry["slot_name"], entry["election"]) == ("st1", {"kind": "database", "name": "capture.st1"})
@@ -106,7 +106,7 @@ def test_a_running_capture_then_a_stopped_one(cdc_dsn: str, tmp_path: Path) -> N
         assert "nothing stuck" in shown.stdout
 
     # Stopped: the lease is given up (or, after a kill, runs out within its 2 s); the slot stays.
-    (entry,) = collect(workspace)["captures"]
+    (entry,) = collect(workspace).to_json()["captures"]
     assert entry["leader"] is None and entry["slot"]["active_pid"] is None
     assert (entry["health"], entry["problems"]) == ("stuck", [LEASE])
     assert unhealthy(collect(workspace)) == [f"capture c1: {LEASE}"]
@@ -120,12 +120,12 @@ def test_a_capture_that_never_ran_or_whose_file_is_missing(cdc_dsn: str, tmp_pat
     never = capture_file(tmp_path, cdc_dsn, slot="never_ran")
     with psycopg.connect(cdc_dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS t (id int PRIMARY KEY, note text)")
-    (entry,) = collect(Workspace(captures=[str(never)]))["captures"]
+    (entry,) = collect(Workspace(captures=[str(never)])).to_json()["captures"]
     assert entry["slot"] is None and entry["leader"] is None and entry["published_lsn"] is None
     assert entry["problems"] == ["slot never_ran does not exist: has the capture run?", LEASE]
 
     missing = tmp_path / "gone.yaml"
-    report = collect(Workspace(captures=[str(missing)]))
+    report = collect(Workspace(captures=[str(missing)])).to_json()
     (entry,) = report["captures"]
     assert (entry["name"], entry["health"], entry["file"]) == ("gone", "unavailable", str(missing))
     assert "gone.yaml" in entry["error"] and entry["problems"] == [f"cannot be read: {entry['error']}"]

@@ -131,9 +131,9 @@ def test_copy_under_writes_then_sync_reaches_both_sinks_exactly_and_in_order(
     assert 0 < slot_confirmed(cdc_dsn, "shop_slot") <= held
     source = source_status(pipeline_spec)
     assert source is not None
-    assert [t["phase"] for t in source["tables"]] == ["sync", "sync", "sync"]
-    assert source["tables"][0]["rows_copied"] >= 5_000
-    assert source["slot"]["confirmed_lsn"]
+    assert [t.phase for t in source.tables] == ["sync", "sync", "sync"]
+    assert source.tables[0].rows_copied >= 5_000
+    assert source.slot is not None and source.slot.confirmed_lsn
     assert {s.sink: s.state for s in status(pipeline_spec)} == {"log": "ok", "db": "ok"}
 
 

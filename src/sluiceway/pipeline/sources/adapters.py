@@ -41,11 +41,10 @@ from sluiceway.pipeline.spec import (
 )
 
 if TYPE_CHECKING:
+    from sluiceway.cdc.progress import CdcStatus
     from sluiceway.cdc.service import CaptureService
 
 S = TypeVar("S")
-
-#: The unit of a sink's lag, for the overview's thresholds.
 
 
 @dataclass(frozen=True)
@@ -111,7 +110,7 @@ class SourceAdapter(ABC, Generic[S]):
     def where(self, spec: PipelineSpec) -> str:
         """Where the records are, in a message (a path, topics, a stream)."""
 
-    def status(self, spec: PipelineSpec) -> dict[str, Any] | None:
+    def status(self, spec: PipelineSpec) -> CdcStatus | None:
         """What the source reports beyond the sinks (CDC: tables and slot); ``None`` for most."""
         return None
 
@@ -383,7 +382,7 @@ class PostgresCdcAdapter(SourceAdapter[PostgresCdcSourceSpec]):
     def where(self, spec: PipelineSpec) -> str:
         return str(cdc_log_dir(spec))
 
-    def status(self, spec: PipelineSpec) -> dict[str, Any] | None:
+    def status(self, spec: PipelineSpec) -> CdcStatus | None:
         """Each table's phase (copy with its progress, or sync) and the slot (confirmed position,
         WAL retained)."""
         from sluiceway.cdc.service import describe

@@ -1,0 +1,88 @@
+"""How far a capture has come, as ``sluice status``, ``sluice pipeline status`` and the console show
+it: each table's copy (phase, rows, chunks, where it completed), the slot (confirmed position,
+WAL it retains, the process reading it) and, for a pipeline's capture, its journal. Reads only."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from sluiceway.cdc.pgoutput import format_lsn
+from sluiceway.cdc.state import SourceState, TableCopy
+
+if TYPE_CHECKING:
+    from sluiceway.cdc.postgres import CdcSession
+
+
+@dataclass(frozen=True, slots=True)
+class TableProgress:
+    """One captured table: ``copy`` while its rows are being copied, then ``sync``."""
+
+    table: str
+    phase: Literal["copy", "sync"]
+    rows_copied: int
+    chunks: int
+    #: The position at which the copy completed (``None``: not complete).
+    complete_at: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SlotStatus:
+    slot: str
+    confirmed_lsn: str
+    restart_lsn: str
+    #: WAL bytes the slot keeps the server from recycling.
+    wal_retained_bytes: int
+    #: The server process reading the slot (``None``: nobody is).
+    active_pid: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureJournal:
+    """The capture's own journal: records in it, the stream position it holds, its consumers."""
+
+    path: str
+    records: int
+    position: str | None
+    consumers: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class CdcStatus:
+    """What a CDC source reports beyond its sinks (``sluice pipeline status``, ``sluice status``)."""
+
+    tables: list[TableProgress]
+    slot: SlotStatus | None
+    #: ``None`` until the capture first ran.
+    journal: CaptureJournal | None
+
+
+def read_progress(
+    session: CdcSession, state_dir: str, tables: str | Sequence[str], *, snapshot: str, slot: str
+) -> tuple[list[TableProgress], SlotStatus | None]:
+    """Each of ``tables`` (as the capture resolves them) with its copy's progress, and the slot
+    (``None`` when it does not exist: the capture never ran)."""
+    state = SourceState(state_dir).load()
+    progress = []
+    for table in session.resolve_tables(tables):
+        copied = state.tables.get(table.namespace, TableCopy())
+        progress.append(
+            TableProgress(
+                table=table.namespace,
+                phase="sync" if snapshot != "initial" or copied.done else "copy",
+                rows_copied=copied.rows,
+                chunks=copied.chunks,
+                complete_at=None if copied.completed_at is None else format_lsn(copied.completed_at),
+            )
+        )
+    info = session.slot(slot)
+    if info is None:
+        return progress, None
+    return progress, SlotStatus(
+        slot=slot,
+        confirmed_lsn=format_lsn(info.confirmed),
+        restart_lsn=format_lsn(info.restart),
+        wal_retained_bytes=info.retained,
+        active_pid=info.active_pid,
+    )
