@@ -62,3 +62,16 @@ if ! command -v chromium >/dev/null 2>&1; then
     || { echo "services: could not install chromium" >&2; exit 1; }
 fi
 echo "services: chromium is $(command -v chromium)"
+
+# tests/integration/test_deploy.py checks deploy/prometheus/ with promtool (Debian's prometheus
+# package; its server is not started here: a test that needs one starts its own).
+if ! command -v promtool >/dev/null 2>&1; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "services: promtool is missing; install it (apt-get install prometheus) for the alert rules' tests" >&2
+    exit 1
+  fi
+  echo "services: installing prometheus (Debian's package) for promtool"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
+    || { echo "services: could not install prometheus" >&2; exit 1; }
+fi
+echo "services: promtool is $(command -v promtool)"

@@ -276,7 +276,9 @@ class Harvest(Elected):
         if h.metrics_addr:
             from sluiceway.harvest.metrics import HarvestMetrics
 
-            self._metrics = HarvestMetrics(h.name, destination=h.destination)
+            self._metrics = HarvestMetrics(
+                h.name, destination=h.destination, outbox=(h.data_source, h.outbox_table)
+            )
             host, port = self._metrics.serve(h.metrics_addr)
             log.info("metrics on http://%s:%d/metrics", host, port)
             user = self._handler

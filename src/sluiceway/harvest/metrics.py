@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
 from sluiceway.harvest.events import (
     Event,
     KeyParked,
@@ -13,11 +19,16 @@ from sluiceway.harvest.events import (
 )
 from sluiceway.metrics import MetricsEndpoint, serve_metrics
 
+log = logging.getLogger("sluiceway.harvest")
+
 
 class HarvestMetrics:
     """Turns harvester events into Prometheus series on a private registry."""
 
-    def __init__(self, name: str, *, destination: str = "kafka") -> None:
+    def __init__(
+        self, name: str, *, destination: str = "kafka", outbox: tuple[str, str] | None = None
+    ) -> None:
+        """``outbox``: the outbox's (dsn, table), for the age of its oldest row at each scrape."""
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry()
@@ -61,6 +72,9 @@ class HarvestMetrics:
             ["harvest", "destination"],
             registry=self.registry,
         ).labels(name, destination).set(1)
+        self._backlog = None if outbox is None else _BacklogAge(name, *outbox)
+        if self._backlog is not None:
+            self.registry.register(self._backlog)
         self._endpoint: MetricsEndpoint | None = None
 
     def observe(self, event: Event) -> None:
@@ -99,3 +113,47 @@ class HarvestMetrics:
         if self._endpoint is not None:
             self._endpoint.close()
             self._endpoint = None
+        if self._backlog is not None:
+            self._backlog.close()
+
+
+class _BacklogAge:
+    """``sluice_harvest_backlog_age_seconds{harvest}``: how long the row at the head of the
+    outbox (the lowest id: the next to publish, or in flight) has waited, read when scraped on a
+    read-only connection of its own (one index probe); 0 when the outbox is empty. A scrape
+    while the database is away has no sample (and logs why), rather than failing."""
+
+    def __init__(self, name: str, dsn: str, table: str) -> None:
+        self.name, self.dsn, self.table = name, dsn, table
+        self._db: Any = None
+        self._layout: Any = None
+        self._lock = threading.Lock()
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        from sluiceway.db import Database
+        from sluiceway.outbox.table import discover, head_age
+
+        gauge = GaugeMetricFamily(
+            "sluice_harvest_backlog_age_seconds",
+            "Seconds the row at the head of the outbox has waited (0: empty), by the database's clock",
+            labels=["harvest"],
+        )
+        with self._lock:  # scrapes may overlap; one connection serves them in turn
+            try:
+                if self._db is None:
+                    self._db = Database(self.dsn, read_only=True)
+                    self._layout = discover(self._db, self.table)
+                age = head_age(self._db, self._layout)
+                gauge.add_metric([self.name], 0.0 if age is None else age)
+            except Exception as exc:  # the database away: no sample this scrape
+                log.warning("harvest %s: backlog age not measured: %s", self.name, " ".join(str(exc).split()))
+                self.close()
+        yield gauge
+
+    def close(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            with contextlib.suppress(Exception):  # closing a connection the server already dropped
+                db.close()

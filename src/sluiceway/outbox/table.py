@@ -210,6 +210,13 @@ def outbox_stats(db: Database, layout: OutboxLayout) -> OutboxStats:
     return OutboxStats(int(row[0]), age, int(row[2]), int(dead_row[0]) if dead_row else 0)
 
 
+def head_age(db: Database, layout: OutboxLayout) -> float | None:
+    """Seconds since the row at the head of the backlog (the lowest id) was written, by the
+    database's clock; ``None`` when the outbox is empty. One index probe."""
+    row = db.fetchone(queries(db.dialect, layout)["head_age"], what="outbox head age")
+    return None if row is None or row[0] is None else max(0.0, float(row[0]))
+
+
 # --- row codec ------------------------------------------------------------------------------
 def encode_headers(dialect: Dialect, headers: Any) -> tuple[Any, Any]:
     keys = [h[0] for h in headers]

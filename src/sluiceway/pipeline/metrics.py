@@ -20,6 +20,7 @@ from typing import Any
 from sluiceway.pipeline.errors import StepPaused
 from sluiceway.pipeline.sinks.handler import BatchHandler, BatchSummary, Stopping
 from sluiceway.pipeline.spec import PipelineSpec
+from sluiceway.pipeline.state import SinkHealth
 
 log = logging.getLogger("sluiceway.pipeline.metrics")
 
@@ -101,7 +102,8 @@ class MeteredBatch:
 
 
 class _LagCollector:
-    """``sluice_pipeline_lag{pipeline,sink}``, read when scraped (as ``sluice pipeline status``)."""
+    """``sluice_pipeline_lag{pipeline,sink}`` and ``sluice_pipeline_sink_stopped{pipeline,sink}``,
+    read when scraped (as ``sluice pipeline status``)."""
 
     def __init__(self, spec: PipelineSpec) -> None:
         self.spec = spec
@@ -121,7 +123,14 @@ class _LagCollector:
         except Exception as exc:  # a scrape must not fail because the source is unreachable
             log.warning("pipeline %s: lag not measured: %s", self.spec.name, exc)
             sinks = []
+        stopped = GaugeMetricFamily(
+            "sluice_pipeline_sink_stopped",
+            "1 while a sink is stopped on a failed batch (sluice pipeline status shows why), else 0",
+            labels=["pipeline", "sink"],
+        )
         for sink in sinks:
             if sink.lag is not None:
                 lag.add_metric([self.spec.name, sink.sink], sink.lag)
+            stopped.add_metric([self.spec.name, sink.sink], 1 if sink.state == SinkHealth.FAILED else 0)
         yield lag
+        yield stopped

@@ -77,3 +77,16 @@ def test_lag_is_read_from_the_checkpoint_and_the_source_when_scraped(tmp_path: P
     _, metrics, _ = setup(tmp_path)
     # No batch committed yet: the whole journal (10 records) is ahead of the sink.
     assert value(metrics, "sluice_pipeline_lag") == 10
+
+
+def test_a_sink_stopped_on_a_failed_batch_is_a_one_until_its_error_is_cleared(tmp_path: Path) -> None:
+    from sluiceway.pipeline.state import StateStore
+
+    _, metrics, spec = setup(tmp_path)
+    assert value(metrics, "sluice_pipeline_sink_stopped") == 0
+    with StateStore(spec.checkpoint_dir("lake")).update() as state:
+        state.failed(3, "ValueError: refused", 0)
+    assert value(metrics, "sluice_pipeline_sink_stopped") == 1
+    with StateStore(spec.checkpoint_dir("lake")).update() as state:
+        state.error = None
+    assert value(metrics, "sluice_pipeline_sink_stopped") == 0

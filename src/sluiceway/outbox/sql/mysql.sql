@@ -100,6 +100,10 @@ SELECT {raw_columns}, %(error)s, %(attempts)s FROM {outbox} WHERE id = %(id)s
 -- name: purge_one
 DELETE FROM {outbox} WHERE id = %(id)s
 
+-- name: head_age
+-- See postgres.sql.
+SELECT TIMESTAMPDIFF(MICROSECOND, create_time, UTC_TIMESTAMP(6)) / 1e6 FROM {outbox} ORDER BY id LIMIT 1
+
 -- name: stats
 SELECT count(*), TIMESTAMPDIFF(MICROSECOND, min(create_time), UTC_TIMESTAMP(6)) / 1e6, count(leader_id)
 FROM {outbox}

@@ -111,6 +111,11 @@ SELECT {raw_columns}, %(error)s, %(attempts)s FROM {outbox} WHERE id = %(id)s
 -- name: purge_one
 DELETE FROM {outbox} WHERE id = %(id)s
 
+-- name: head_age
+-- Age of the row at the head of the backlog (the lowest id) by the database's clock: one index
+-- probe, cheap enough for every scrape of the harvester's metrics.
+SELECT EXTRACT(EPOCH FROM (now() - create_time)) FROM {outbox} ORDER BY id LIMIT 1
+
 -- name: stats
 SELECT count(*), EXTRACT(EPOCH FROM (now() - min(create_time))), count(leader_id) FROM {outbox}
 

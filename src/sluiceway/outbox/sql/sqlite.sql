@@ -104,6 +104,10 @@ SELECT {raw_columns}, :error, :attempts FROM {outbox} WHERE id = :id
 -- name: purge_one
 DELETE FROM {outbox} WHERE id = :id
 
+-- name: head_age
+-- See postgres.sql.
+SELECT (julianday('now') - julianday(create_time)) * 86400.0 FROM {outbox} ORDER BY id LIMIT 1
+
 -- name: stats
 SELECT count(*),
        (julianday('now') - julianday(min(create_time))) * 86400.0,
