@@ -253,6 +253,7 @@ def ui(
       SLUICE_UI_TOKEN=… sluice ui --addr 0.0.0.0:8080
     """
     try:
+        from sluiceway.overview.history import open_history
         from sluiceway.ui import Console, create_app
         from sluiceway.ui.serve import listen, serve
     except ImportError as exc:
@@ -270,6 +271,9 @@ def ui(
     generated = allow_actions and not token
     if generated:
         token = secrets.token_urlsafe(24)
+    # Bound before it is announced: a busy port is one line, not a promise and then a failure.
+    sock = listen(host, port)
+    history, sampler = open_history(workspace)
     app = create_app(
         Console(
             workspace,
@@ -277,10 +281,9 @@ def ui(
             token=token,
             token_for_reads=not local,
             refresh_seconds=refresh,
+            history=history,
         )
     )
-    # Bound before it is announced: a busy port is one line, not a promise and then a failure.
-    sock = listen(host, port)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{sock.getsockname()[1]}/"
     mode = "actions on" if allow_actions else "read-only"
@@ -290,4 +293,23 @@ def ui(
         typer.echo(f"open: {url}?token={token}")
     elif token:
         typer.echo(f"token: the one given (--token or SLUICE_UI_TOKEN); open {url}?token=…")
-    serve(app, sock)  # until SIGTERM or Ctrl-C: a clean stop, exit 0
+    if history is None:
+        typer.echo("history: off")
+    else:
+        typer.echo(f"history: {_history_source(workspace)}")
+    if sampler is not None:
+        sampler.start()
+    try:
+        serve(app, sock)  # until SIGTERM or Ctrl-C: a clean stop, exit 0
+    finally:
+        if sampler is not None:
+            sampler.stop()
+        if history is not None:
+            history.close()
+
+
+def _history_source(workspace: Workspace) -> str:
+    if workspace.prometheus is not None:
+        return f"read from Prometheus at {workspace.prometheus.url}"
+    h = workspace.history
+    return f"kept in {h.path} (every {h.every:g} s, for {h.retention / 86400:g} days)"

@@ -293,3 +293,16 @@ def collect_one(workspace: Workspace, kind: str, name: str) -> Entry:
 def find(report: StatusReport, kind: str, name: str) -> Entry | None:
     """The entry ``name`` of ``kind`` (``outboxes`` …) in a report, or None."""
     return report.find(kind, name)
+
+
+def watched(workspace: Workspace) -> list[tuple[str, str]]:
+    """(kind, name) of every part the workspace watches (pipelines and captures whose files
+    parse), in the report's order, found without reading the parts themselves."""
+    named: dict[str, list[str]] = {
+        "outboxes": [w.name for w in workspace.outboxes],
+        "journals": [w.name for w in workspace.journals],
+        "pipelines": list(pipeline_specs(workspace)),
+        "feeds": [w.name for w in workspace.feeds],
+        "captures": list(capture_files(workspace)),
+    }
+    return [(kind, name) for kind in KINDS for name in named[kind]]

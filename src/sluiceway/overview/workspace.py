@@ -15,6 +15,8 @@ directory for all of them (relative: from the file's)::
     feeds:     [{name: work, dsn: "sqlite:///work.db"}]
     captures:  [./capture.yaml]
     checks:    {outbox_oldest_age: 5m, pipeline_lag: 10000, expired_leases: 0}
+    history:   {retention: 7d}             # the console's own history (default: on)
+    prometheus: {url: "http://prometheus:9090"}   # or: history from the operator's Prometheus
 """
 
 from __future__ import annotations
@@ -124,6 +126,26 @@ class Checks(StrictModel):
     journal_consumer_lag: int | None = Field(None, ge=0)
 
 
+class HistorySettings(StrictModel):
+    """The console's own history (``sluice ui``): sampled every ``every``, kept in a SQLite file."""
+
+    enabled: bool = True
+    #: The file (default: beside the workspace file, ``<its stem>.history.db``; relative: from ``root``).
+    path: str | None = None
+    #: How long minutes (mean and peak) are kept.
+    retention: Duration = Field(7 * 86400.0, gt=0)
+    #: How long every sample is kept (at most ``retention``).
+    detail: Duration = Field(6 * 3600.0, gt=0)
+    every: Duration = Field(5.0, gt=0)
+
+
+class PrometheusSettings(StrictModel):
+    """History read from this Prometheus server instead (the console then keeps none)."""
+
+    url: str = Field(pattern=r"^https?://")
+    timeout: Duration = Field(5.0, gt=0)
+
+
 class Workspace(StrictModel):
     """What ``sluice status`` and ``sluice ui`` watch.
 
@@ -141,6 +163,8 @@ class Workspace(StrictModel):
     #: ``sluice capture`` files (capture.yaml); each capture is named by its ``capture.name``.
     captures: list[str] = Field(default_factory=list)
     checks: Checks = Field(default_factory=Checks)
+    history: HistorySettings = Field(default_factory=HistorySettings)
+    prometheus: PrometheusSettings | None = None
     #: The directory relative paths are read from: this file's, and those of the specs and capture
     #: files it lists (the directory the pipelines and captures run in). Default: the workspace
     #: file's own directory; a relative one is from there. Absolute once loaded by ``from_file``;
@@ -190,7 +214,12 @@ class Workspace(StrictModel):
     def from_file(cls, path: str | Path) -> Workspace:
         """Read and validate a workspace file (``validate(Workspace, data)`` for parsed data); its
         relative paths are made absolute from its directory (or ``root``), see :meth:`rooted`."""
-        return load_file(cls, path).rooted(Path(path).absolute().parent)
+        file = Path(path).absolute()
+        workspace = load_file(cls, path).rooted(file.parent)
+        if workspace.history.path is not None:
+            return workspace
+        beside = str(file.parent / f"{file.stem}.history.db")
+        return workspace.model_copy(update={"history": workspace.history.model_copy(update={"path": beside})})
 
     def rooted(self, directory: str | Path) -> Workspace:
         """This workspace with ``root`` and every relative path in it made absolute from
@@ -211,5 +240,8 @@ class Workspace(StrictModel):
                 "pipelines": [rooted(p, root) for p in self.pipelines],
                 "feeds": [w.model_copy(update={"dsn": rooted_dsn(w.dsn, root)}) for w in self.feeds],
                 "captures": [rooted(p, root) for p in self.captures],
+                "history": self.history.model_copy(
+                    update={"path": None if self.history.path is None else rooted(self.history.path, root)}
+                ),
             }
         )

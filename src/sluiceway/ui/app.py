@@ -21,6 +21,8 @@ import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar, cast
 from urllib.parse import parse_qs, quote, urlencode
 
@@ -30,16 +32,26 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from sluiceway.errors import SluicewayError
 from sluiceway.overview import Workspace, actions, collect
 from sluiceway.overview.actions import StepLauncher, Steps, launch_step
 from sluiceway.overview.detail import feed_listing, journal_records, stopped_records
+from sluiceway.overview.history import History, HistoryError, headline, part_id, range_seconds, split_part
 from sluiceway.overview.outbox import DeadLetter, OutboxRow, outbox_listings
-from sluiceway.overview.report import Entry, FeedEntry, JournalEntry, OutboxEntry, PipelineEntry
-from sluiceway.overview.status import collect_one
+from sluiceway.overview.remedies import remedies
+from sluiceway.overview.report import (
+    CaptureEntry,
+    Entry,
+    FeedEntry,
+    JournalEntry,
+    OutboxEntry,
+    PipelineEntry,
+)
+from sluiceway.overview.status import collect_one, watched
 from sluiceway.overview.workspace import NotWatchedError
 
 log = logging.getLogger("sluiceway.ui")
@@ -63,6 +75,8 @@ class Console:
     refresh_seconds: float = 5.0
     #: Starts one ``sluice pipeline step`` (a test passes its own).
     step: StepLauncher = launch_step
+    #: Where ``/api/history`` and the charts read from (``None``: no history, no charts).
+    history: History | None = None
 
     def presented(self, request: Request) -> str | None:
         auth = request.headers.get("authorization", "")
@@ -107,6 +121,13 @@ def _number(value: Any) -> str:
     return "-" if value is None else f"{value:,}" if isinstance(value, int) else str(value)
 
 
+def _when(value: Any) -> str:
+    """Seconds since the epoch as a UTC time: ``2026-12-03 09:12:03 UTC``."""
+    if value is None:
+        return "-"
+    return datetime.fromtimestamp(float(value), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def _segment(value: Any) -> str:
     """``value`` as one segment of a URL path (``/`` too is escaped): a name is text, never URL
     structure. Workspace, pipeline and sink names are validated already; this does not rely on it."""
@@ -119,7 +140,9 @@ def _templates() -> Jinja2Templates:
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
-    env.filters.update(seconds=_format_seconds, size=_format_bytes, number=_number, q=_segment, plain=asdict)
+    env.filters.update(
+        seconds=_format_seconds, size=_format_bytes, number=_number, q=_segment, plain=asdict, when=_when
+    )
     return Jinja2Templates(env=env)
 
 
@@ -154,13 +177,30 @@ def _page(request: Request, name: str, **context: Any) -> Response:
         message=request.query_params.get("msg"),
         actions=console.allow_actions,
         fragment=request.headers.get("x-sluice-fragment") == "1",
+        history_on=console.history is not None,
     )
     return _render(request, name, context)
 
 
+def _detail(request: Request, name: str, kind: str, entry: Entry, **context: Any) -> Response:
+    """A part's page: its history's section, and when its trouble started and what clears it."""
+    history = _console(request).history
+    part = part_id(kind, entry.name)
+    since = None
+    if history is not None and entry.health != "ok":
+        try:
+            since = history.trouble_since(part)
+        except HistoryError as exc:
+            log.warning("history: %s", exc)
+    return _page(request, name, entry=entry, part=part, since=since, fixes=remedies(entry), **context)
+
+
 def _refused(request: Request, exc: Exception) -> Response:
-    """The one error path: every ``HTTPException`` as the message page, with its status."""
+    """The one error path: every ``HTTPException`` as the message page, with its status (as
+    ``{"error": …}`` for the JSON API)."""
     refusal = cast(HTTPException, exc)  # create_app registers it for HTTPException alone
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"error": refusal.detail}, status_code=refusal.status_code)
     context = {"console": _console(request), "request": request, "title": "refused", "text": refusal.detail}
     return _render(request, "message.html", {**context, "fragment": False}, refusal.status_code)
 
@@ -221,7 +261,7 @@ def outbox(request: Request) -> Response:
             rows, dead = outbox_listings(_console(request).workspace.outbox(entry.name))
         except SluicewayError as exc:
             error = str(exc)
-    return _page(request, "outbox.html", entry=entry, rows=rows, dead=dead, error=error)
+    return _detail(request, "outbox.html", "outbox", entry, rows=rows, dead=dead, error=error)
 
 
 @_guarded
@@ -240,14 +280,16 @@ def journal(request: Request) -> Response:
             error = "from and to are offsets: whole numbers"
         except SluicewayError as exc:
             error = str(exc)
-    return _page(request, "journal.html", entry=entry, records=records, start=start, end=end, error=error)
+    return _detail(
+        request, "journal.html", "journal", entry, records=records, start=start, end=end, error=error
+    )
 
 
 @_guarded
 def pipeline(request: Request) -> Response:
     entry = _status(request, "pipelines", PipelineEntry)
     stopped = stopped_records(entry, _console(request).workspace.root)
-    return _page(request, "pipeline.html", entry=entry, stopped=stopped)
+    return _detail(request, "pipeline.html", "pipeline", entry, stopped=stopped)
 
 
 @_guarded
@@ -262,7 +304,57 @@ def feed(request: Request) -> Response:
             error = "after is a partition id: a whole number"
         except SluicewayError as exc:
             error = str(exc)
-    return _page(request, "feed.html", entry=entry, listing=listing, error=error)
+    return _detail(request, "feed.html", "feed", entry, listing=listing, error=error)
+
+
+@_guarded
+def capture(request: Request) -> Response:
+    entry = _status(request, "captures", CaptureEntry)
+    history = _console(request).history
+    terms = []
+    if history is not None:
+        try:
+            terms = history.terms(part_id("captures", entry.name))
+        except HistoryError as exc:
+            log.warning("history: %s", exc)
+    return _detail(request, "capture.html", "capture", entry, terms=terms)
+
+
+#: The longest range ``/api/history`` answers (Prometheus keeps what it keeps; the console's own
+#: file keeps its retention).
+LONGEST_RANGE = 366 * 86400.0
+
+
+@_guarded
+def api_history(request: Request) -> Response:
+    """``GET /api/history?part=<kind>/<name>&range=1h``: a part's series (docs/operations.md);
+    without ``part``, every watched part's headline series (the overview's sparklines)."""
+    history = _console(request).history
+    if history is None:
+        raise HTTPException(404, "history is off in this workspace (history: {enabled: false})")
+    text = request.query_params.get("range", "1h")
+    try:
+        span = range_seconds(text)
+    except ValueError as exc:
+        raise HTTPException(400, f"range: {exc}") from None
+    if not 0 < span <= LONGEST_RANGE:
+        raise HTTPException(400, f"range: between 1s and 366d, got {text!r}")
+    only = [s for s in request.query_params.get("series", "").split(",") if s] or None
+    part = request.query_params.get("part")
+    parts = [part_id(kind, name) for kind, name in watched(_console(request).workspace)]
+    try:
+        if part is not None:
+            if part not in parts:
+                try:
+                    split_part(part)
+                except ValueError as exc:
+                    raise HTTPException(400, str(exc)) from None
+                raise HTTPException(404, f"the workspace watches no {part}")
+            return JSONResponse({"range": text, **history.read(part, span, only=only).to_json()})
+        charts = [history.read(p, span, only=[headline(split_part(p)[0]).name]).to_json() for p in parts]
+        return JSONResponse({"range": text, "parts": charts})
+    except HistoryError as exc:
+        raise HTTPException(503, str(exc)) from None
 
 
 # -- actions --------------------------------------------------------------------------------------
@@ -338,9 +430,12 @@ ROUTES = [
     Route("/journal/{name}", journal),
     Route("/pipeline/{name}", pipeline),
     Route("/feed/{name}", feed),
+    Route("/capture/{name}", capture),
+    Route("/api/history", api_history),
     Route("/outbox/{name}/dead/{id:int}/retry", retry_dead, methods=["POST"]),
     Route("/outbox/{name}/dead/{id:int}/resolve", resolve_dead, methods=["POST"]),
     Route("/pipeline/{name}/sinks/{sink}/skip", skip, methods=["POST"]),
     Route("/pipeline/{name}/sinks/{sink}/step", step, methods=["POST"]),
     Route("/feed/{name}/retry", retry_feed, methods=["POST"]),
+    Mount("/static", StaticFiles(directory=Path(__file__).parent / "static"), name="static"),
 ]

@@ -3,15 +3,23 @@ documented series are served and move as rows are published."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 import yaml
 
+from sluiceway import OutboxRecord, Stasher
+from sluiceway.config import validate
+from sluiceway.overview import Workspace
+from sluiceway.overview.history import HistoryError, PrometheusHistory, open_history
 from sluiceway.testing import free_port, wait_until
+from sluiceway.ui import Console, create_app
 from tests.support.metrics import scrape, sluice_process
-from tests.support.outbox import outbox_count
+from tests.support.outbox import outbox_count, user_connection
 from tests.support.overview import fill_outbox
 from tests.support.prometheus import prometheus
 
@@ -62,6 +70,51 @@ def test_the_harvester_serves_its_series_and_they_move(sqlite_dsn: str, tmp_path
             )
             assert [r["name"] for r in prom.rules() if r["health"] != "ok"] == []
             assert prom.firing("SluiceHarvestNoLeader") == [] and prom.firing("SluiceHarvestBacklogOld") == []
+
+            # The console's history read from this Prometheus: the workspace names it.
+            workspace = validate(
+                Workspace,
+                {
+                    "outboxes": [{"name": "shop", "dsn": sqlite_dsn, "election": "metered"}],
+                    "prometheus": {"url": prom.url},
+                },
+            )
+            history, sampler = open_history(workspace)
+            assert isinstance(history, PrometheusHistory) and sampler is None, "Prometheus keeps it"
+
+            def charted() -> dict[str, list[float | None]]:
+                assert history is not None
+                return {s.name: s.values for s in history.read("outbox/shop", 300).series}
+
+            # More rows while Prometheus scrapes: a rate to see.
+            conn = user_connection(sqlite_dsn)
+            stash = Stasher().prepare(conn)
+            for i in range(300):
+                stash.stash(OutboxRecord("orders.created", f"late-{i % 7}", "{}"))
+            conn.commit()
+            conn.close()
+            wait_until(
+                lambda: any(v for v in charted()["published_rate"]),
+                timeout=30,
+                message="a published rate in Prometheus's history",
+            )
+            lines = charted()
+            assert list(lines) == [
+                "published_rate",
+                "backlog_age_seconds",
+                "in_flight",
+                "latency_p99_seconds",
+                "dead_letter_rate",
+            ]
+            assert any(v is not None for v in lines["backlog_age_seconds"])
+            answer = _history_api(Console(workspace, history=history), "outbox/shop")
+            assert answer["source"] == "prometheus" and answer["part"] == "outbox/shop"
+            assert answer["series"][0]["name"] == "published_rate"
+            history.close()
+            # Prometheus away: one line naming it.
+            gone = PrometheusHistory(f"http://127.0.0.1:{free_port()}", workspace, timeout=2)
+            with pytest.raises(HistoryError, match=r"prometheus at http://127\.0\.0\.1:\d+: "):
+                gone.read("outbox/shop", 300)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
 
@@ -95,3 +148,15 @@ def test_the_backlog_age_is_the_wait_of_the_row_at_the_head_read_at_each_scrape(
     finally:
         away.close()
     assert not (tmp_path / "gone.db").exists(), "read-only: the scrape creates nothing"
+
+
+def _history_api(console: Console, part: str) -> dict[str, Any]:
+    async def get() -> dict[str, Any]:
+        transport = httpx.ASGITransport(app=create_app(console))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as web:
+            response = await web.get("/api/history", params={"part": part, "range": "5m"})
+            assert response.status_code == 200, response.text
+            body: dict[str, Any] = response.json()
+            return body
+
+    return asyncio.run(get())

@@ -24,7 +24,7 @@ import pytest
 from sluiceway.journal import Journal
 from sluiceway.testing import free_port, wait_until
 from tests.support import ROOT
-from tests.support.browser import chromium, read_png
+from tests.support.browser import read_png
 from tests.support.overview import Built, build
 
 pytestmark = pytest.mark.timeout(180)
@@ -83,21 +83,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         proc.wait(15)
         if proc.stdout is not None:
             proc.stdout.close()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with chromium() as launched:
-        yield launched
-
-
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    try:
-        yield context.new_page()
-    finally:
-        context.close()
 
 
 #: Rows of the overview's screenshot that are decoded (the badges checked are above this).
