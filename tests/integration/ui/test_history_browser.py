@@ -35,12 +35,13 @@ from sluiceway.outbox import init_outbox
 from sluiceway.testing import free_port, wait_until
 from tests.integration.overview.test_capture_status import capture_file
 from tests.support import ROOT
-from tests.support.metrics import sluice_process
+from tests.support.metrics import scrape, sluice_process
 from tests.support.outbox import outbox_count, user_connection
 
 pytestmark = pytest.mark.timeout(240)
 
 DOCS = ROOT / "docs" / "images"
+PUBLISHED = 'sluice_harvest_records_total{harvest="sluiceway",outcome="published"}'
 
 
 @dataclass
@@ -52,6 +53,8 @@ class Loaded:
     stashed: int
     journal: Path
     ui: subprocess.Popen[str]
+    #: The harvester's metrics once the outbox drained.
+    harvested: dict[str, float]
 
 
 def start_ui(config: Path, port: int, log: Path) -> subprocess.Popen[str]:
@@ -144,11 +147,21 @@ def loaded(cdc_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[L
             writer.start()
             # A backlog builds up with no harvester running; then one starts and drains it.
             assert reaping.wait(30)
-            with sluice_process(["reap", "-f", str(reaper)], root / "reap.log"):
+            metrics = free_port()
+            with sluice_process(
+                ["reap", "-f", str(reaper), "--metrics-addr", f":{metrics}"], root / "reap.log"
+            ):
                 writer.join(60)
                 wait_until(lambda: outbox_count(dsn) == 0, timeout=60, message="the outbox to drain")
                 time.sleep(3)  # samples of the drained outbox
-            loaded = Loaded(f"http://127.0.0.1:{port}", port, root, config, stashed, root / "bus", ui)
+                # What the harvester's own metrics say of it, to hold the charts against.
+                wait_until(
+                    lambda: scrape(metrics).get(PUBLISHED, 0) >= stashed, timeout=30, message="the counter"
+                )
+                harvested = scrape(metrics)
+            loaded = Loaded(
+                f"http://127.0.0.1:{port}", port, root, config, stashed, root / "bus", ui, harvested
+            )
             yield loaded
             ui = loaded.ui  # a test restarts it
     finally:
@@ -203,6 +216,9 @@ def test_the_outbox_page_charts_its_history(loaded: Loaded, page: Any) -> None:
     seen = [v for v in rows if v is not None]
     assert max(seen) > 0 and seen[-1] == 0
     assert page.locator("section.history .panel[data-series*=rows] canvas").count() >= 1
+    # The harvester's metrics agree: every row published, nothing left at the head.
+    assert loaded.harvested[PUBLISHED] == loaded.stashed
+    assert loaded.harvested['sluice_harvest_backlog_age_seconds{harvest="sluiceway"}'] == 0
     # And the journal it went to: every row in it, its append rate charted.
     with Journal.open(str(loaded.journal), read_only=True) as journal:
         assert journal.head == loaded.stashed
