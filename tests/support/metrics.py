@@ -30,8 +30,11 @@ def scrape(port: int) -> dict[str, float]:
 
 
 @contextlib.contextmanager
-def sluice_process(args: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """``sluice ARGS`` in a process of its own, output in ``log``; killed if the test leaves it running."""
+def sluice_process(
+    args: list[str], log: Path, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``sluice ARGS`` in a process of its own (``env``: variables besides), output in ``log``;
+    killed if the test leaves it running."""
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "sluiceway.cli.main", *args],
@@ -41,6 +44,7 @@ def sluice_process(args: list[str], log: Path) -> Iterator[subprocess.Popen[byte
                 **os.environ,
                 "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
                 "PYSPARK_PYTHON": sys.executable,
+                **(env or {}),
             },
             stdout=out,
             stderr=out,

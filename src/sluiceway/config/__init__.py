@@ -9,6 +9,7 @@ from sluiceway.config.types import (
     SqlIdentifier,
     StrictModel,
     TableName,
+    TracingSettings,
 )
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "SqlIdentifier",
     "StrictModel",
     "TableName",
+    "TracingSettings",
     "interpolate",
     "load_file",
     "load_yaml",

@@ -123,3 +123,11 @@ SettingText = Annotated[str, BeforeValidator(_setting_text)]
 #: the harvester's ``baseKafkaConfig``/``producerKafkaConfig``, the capture's ``kafka``, a
 #: pipeline Kafka source's or sink's ``config``.
 KafkaSettings = dict[str, SettingText]
+
+
+class TracingSettings(StrictModel):
+    """``tracing:`` in a process's configuration (docs/operations.md, "Tracing"): spans exported
+    over OTLP as the ``OTEL_*`` environment variables say (``OTEL_EXPORTER_OTLP_ENDPOINT``,
+    ``OTEL_SERVICE_NAME``, ``OTEL_TRACES_SAMPLER``). Off by default; needs the ``otel`` extra."""
+
+    enabled: bool = False

@@ -20,6 +20,7 @@ from sluiceway.config.types import (
     StartupTimeout,
     StrictModel,
     TableName,
+    TracingSettings,
 )
 from sluiceway.db.dsn import Dialect, parse_dsn
 from sluiceway.election.lease import lease_table
@@ -166,6 +167,8 @@ class Harvest(StrictModel):
     election: Election = Field(default_factory=Election)
     dead_letter: DeadLetter = Field(default_factory=DeadLetter, alias="deadLetter")
     metrics_addr: str | None = Field(None, alias="metricsAddr")
+    #: Spans for every publish, continuing each record's trace (its ``traceparent`` header).
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
     #: How long ``sluice reap`` waits at start for the database or the destination while they
     #: are out of reach, before it gives up with one line: a duration, or ``forever``.
     startup_timeout: StartupTimeout = Field(30.0, alias="startupTimeout")
@@ -264,11 +267,17 @@ class Harvest(StrictModel):
     @property
     def uses_sluiceway_keys(self) -> bool:
         """Whether any of sluiceway's own keys has a value other than its default (``metricsAddr``
-        aside: serving metrics changes nothing that is published). Values, not the keys present,
-        decide, so a configuration dumped and loaded again gives the same answer."""
+        and ``tracing`` aside: serving metrics or spans changes nothing that is published).
+        Values, not the keys present, decide, so a configuration dumped and loaded again gives
+        the same answer."""
         fields = type(self).model_fields
         for name, info in fields.items():
-            if name in GOHARVEST_KEYS or name in ("metrics_addr", "startup_timeout", "sequence_headers_"):
+            if name in GOHARVEST_KEYS or name in (
+                "metrics_addr",
+                "startup_timeout",
+                "sequence_headers_",
+                "tracing",
+            ):
                 continue
             if getattr(self, name) != info.get_default(call_default_factory=True):
                 return True

@@ -271,8 +271,18 @@ class Harvest(Elected):
     # -- defaults from configuration -------------------------------------------------------
     _metrics: Any = None
 
+    _tracing: Any = None
+
     def _prepare(self) -> None:
         h = self.config.harvest
+        if h.tracing.enabled and self._tracing is None:
+            from sluiceway.harvest.tracing import traced
+            from sluiceway.tracing import start_tracing
+
+            self._tracing = start_tracing("sluice-reap")
+            tracer, system, untraced = self._tracing.tracer, h.destination, self._publisher_factory
+            self._publisher_factory = lambda epoch: traced(untraced(epoch), tracer, system=system)
+            log.info("tracing: a span per publish, exported over OTLP (OTEL_* settings)")
         if h.metrics_addr:
             from sluiceway.harvest.metrics import HarvestMetrics
 
@@ -365,6 +375,8 @@ class Harvest(Elected):
     def _close(self) -> None:
         if self._spares is not None:
             self._spares.close()
+        if self._tracing is not None:
+            self._tracing.shutdown()
         if self._metrics is not None:
             self._metrics.close()
         if self._client_log is not None:

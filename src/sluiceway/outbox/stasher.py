@@ -19,6 +19,7 @@ from sluiceway.outbox.record import (
     validate_record,
 )
 from sluiceway.outbox.table import OutboxLayout, encode_headers, queries
+from sluiceway.tracing import TRACEPARENT, trace_headers
 
 
 def _connection_kind(conn: Any) -> tuple[Dialect, str]:
@@ -77,7 +78,11 @@ class Stasher:
                     "(use binary_value=True with a binary column)",
                     field="value",
                 ) from exc
-        keys, values = encode_headers(dialect, record.headers)
+        headers = record.headers
+        traced = trace_headers()  # [] unless the caller is inside a recording span
+        if traced and not any(name == TRACEPARENT for name, _ in headers):
+            headers = [*headers, *traced]
+        keys, values = encode_headers(dialect, headers)
         params: tuple[Any, ...] = (record.topic, record.key, value, keys, values)
         if record.partition is not None:
             params += (record.partition,)

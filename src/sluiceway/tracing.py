@@ -1,0 +1,123 @@
+"""OpenTelemetry tracing: one trace from the request that wrote an outbox row to what published it.
+
+Two halves, both optional:
+
+* **In the application** (:func:`trace_headers`): the :class:`~sluiceway.outbox.Stasher` adds the
+  current span's W3C ``traceparent`` (and ``tracestate``) to the record's headers. Only when a span
+  is really recording something: with OpenTelemetry not imported, or its API without an SDK (the
+  no-op tracer), there is no header and next to no cost — one dictionary look-up.
+* **In sluiceway's own processes** (:func:`start_tracing`), switched on by ``tracing: {enabled:
+  true}`` in the process's configuration: an SDK tracer provider exporting OTLP over HTTP, set up
+  the standard way by the ``OTEL_*`` environment variables (``OTEL_EXPORTER_OTLP_ENDPOINT``,
+  ``OTEL_SERVICE_NAME``, ``OTEL_TRACES_SAMPLER``…). Spans continue the record's trace from its
+  ``traceparent`` header (:func:`context_of`). It needs the ``otel`` extra.
+
+The headers themselves travel with the record unchanged, to every destination, so a consumer can
+continue the trace too.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from sluiceway.errors import SluicewayError
+
+log = logging.getLogger("sluiceway.tracing")
+
+#: The W3C trace context headers (https://www.w3.org/TR/trace-context/).
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
+#: The instrumentation scope of sluiceway's spans.
+SCOPE = "sluiceway"
+
+
+class TracingError(SluicewayError):
+    """Tracing is asked for and cannot be set up (the ``otel`` extra is missing, say)."""
+
+
+def trace_headers() -> list[tuple[str, str]]:
+    """The current span's ``traceparent`` (and ``tracestate``), or ``[]`` when there is no
+    recording span (OpenTelemetry not imported, no SDK, no span, or a span not sampled)."""
+    trace = sys.modules.get("opentelemetry.trace")
+    if trace is None:  # the application does not use OpenTelemetry: nothing to carry
+        return []
+    span = trace.get_current_span()
+    context = span.get_span_context()
+    if not context.is_valid or not span.is_recording():
+        return []
+    flags = int(context.trace_flags)
+    headers = [(TRACEPARENT, f"00-{context.trace_id:032x}-{context.span_id:016x}-{flags:02x}")]
+    state = context.trace_state.to_header() if context.trace_state else ""
+    if state:
+        headers.append((TRACESTATE, state))
+    return headers
+
+
+def context_of(headers: Sequence[tuple[str, str]]) -> Any:
+    """The span context a record's ``traceparent`` names (``None``: it has none, or it is
+    malformed — a bad header is the application's, never a reason to stop publishing)."""
+    parent = state = None
+    for name, value in headers:
+        if name == TRACEPARENT:
+            parent = value
+        elif name == TRACESTATE:
+            state = value
+    if parent is None:
+        return None
+    from opentelemetry.trace import SpanContext, TraceFlags, TraceState
+
+    parts = parent.strip().split("-")
+    if len(parts) < 4 or len(parts[1]) != 32 or len(parts[2]) != 16 or len(parts[3]) != 2:
+        return None
+    try:
+        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
+    except ValueError:
+        return None
+    if not trace_id or not span_id:
+        return None
+    return SpanContext(
+        trace_id,
+        span_id,
+        is_remote=True,
+        trace_flags=TraceFlags(flags & 1),
+        trace_state=TraceState.from_header([state]) if state else None,
+    )
+
+
+class Tracing:
+    """Tracing in one of sluiceway's processes: its tracer, and the provider to flush at exit."""
+
+    def __init__(self, provider: Any) -> None:
+        self.provider = provider
+        self.tracer = provider.get_tracer(SCOPE)
+
+    def shutdown(self) -> None:
+        """Export what is left (bounded by the exporter's own timeout) and stop."""
+        try:
+            self.provider.shutdown()
+        except Exception:  # an exporter that cannot reach its collector must not fail the exit
+            log.warning("tracing: the last spans could not be exported", exc_info=True)
+
+
+def start_tracing(service: str) -> Tracing:
+    """An SDK tracer provider for this process, exporting OTLP over HTTP in batches, configured by
+    the ``OTEL_*`` environment variables; ``service`` names it unless ``OTEL_SERVICE_NAME`` does.
+    It is also made the global provider, so libraries that trace join the same traces."""
+    try:
+        from opentelemetry import trace
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import OTELResourceDetector, Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError as exc:
+        raise TracingError(
+            f"tracing is enabled but {exc.name} is missing: pip install 'sluiceway[otel]'"
+        ) from None
+    resource = Resource.create({"service.name": service}).merge(OTELResourceDetector().detect())
+    provider = TracerProvider(resource=resource)  # the sampler: OTEL_TRACES_SAMPLER, else parent-based
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    return Tracing(provider)

@@ -1,0 +1,166 @@
+"""One trace from the request that wrote the outbox row to the publish that sent it (issue 41):
+an application process stashes rows inside request spans (OpenTelemetry's SDK, exporting to a
+real OTLP/HTTP receiver started by the test); ``sluice reap`` with ``tracing: {enabled: true}``
+publishes them to Redis Streams and exports its own spans to the same receiver (configured only
+by the ``OTEL_*`` variables). Rows marked together are published as one batch: its span links to
+each row's request span; a row published alone gets a child span of its request's. The
+``traceparent`` header travels to the broker unchanged; a row stashed outside any span has none.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sluiceway.db import Database
+from sluiceway.outbox import init_outbox
+from sluiceway.testing import wait_until
+from tests.support import ROOT
+from tests.support.brokers import make_place
+from tests.support.metrics import sluice_process
+from tests.support.otlp import otlp_receiver
+from tests.support.outbox import outbox_count
+
+pytestmark = pytest.mark.timeout(120)
+
+#: OTLP's SPAN_KIND_PRODUCER.
+PRODUCER = 4
+
+#: The application: each argument a key; "-" before one stashes it outside any span.
+APP = """
+import sqlite3, sys
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from sluiceway import OutboxRecord, Stasher
+
+provider = TracerProvider(resource=Resource.create({"service.name": "shop"}))
+provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=sys.argv[1] + "/v1/traces")))
+trace.set_tracer_provider(provider)
+tracer = trace.get_tracer("shop")
+conn = sqlite3.connect(sys.argv[2])
+stash = Stasher().prepare(conn)
+for key in sys.argv[4:]:
+    record = OutboxRecord(sys.argv[3], key.lstrip("-"), '{"order": "%s"}' % key)
+    if key.startswith("-"):
+        stash.stash(record)
+    else:
+        with tracer.start_as_current_span("POST /orders/" + key) as span:
+            stash.stash(record)
+            carrier = {}  # the header as OpenTelemetry's own W3C propagator writes it
+            TraceContextTextMapPropagator().inject(carrier)
+            print(key, format(span.get_span_context().trace_id, "032x"),
+                  format(span.get_span_context().span_id, "016x"), carrier["traceparent"], flush=True)
+conn.commit()
+provider.shutdown()
+"""
+
+
+def stash(receiver_url: str, db: Path, topic: str, *keys: str) -> dict[str, tuple[str, str]]:
+    """Run the application; (trace id, span id) of each key's request span (and its
+    ``traceparent`` as OpenTelemetry's propagator writes it, in ``PARENTS``)."""
+    done = subprocess.run(
+        [sys.executable, "-c", APP, receiver_url, str(db), topic, *keys],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    found = {}
+    for key, trace_id, span_id, parent in (line.split() for line in done.stdout.splitlines()):
+        found[key] = (trace_id, span_id)
+        PARENTS[key] = parent
+    return found
+
+
+PARENTS: dict[str, str] = {}
+
+
+def test_a_trace_runs_from_the_request_through_the_harvester_to_the_broker(tmp_path: Path) -> None:
+    db = tmp_path / "shop.db"
+    dsn = f"sqlite:///{db}"
+    with Database(dsn) as database:
+        init_outbox(database)
+    place = make_place("redis")
+    topic = place.topic("orders")
+    config = tmp_path / "reaper.yaml"
+    harvest = {"dataSource": dsn, "target": place.target(), "tracing": {"enabled": True}}
+    config.write_text(yaml.safe_dump({"harvest": harvest, "logging": {"level": "Warn"}}))
+    try:
+        with otlp_receiver() as receiver:
+            # Three rows before the harvester runs (marked, and so published, together), one
+            # outside any span.
+            spans = stash(receiver.url, db, topic, "a", "b", "c", "-plain")
+            env = {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+                "OTEL_SERVICE_NAME": "reaper-under-test",
+                "OTEL_BSP_SCHEDULE_DELAY": "100",
+            }
+            with sluice_process(["reap", "-f", str(config)], tmp_path / "reap.log", env=env) as proc:
+                wait_until(lambda: outbox_count(dsn) == 0, timeout=60, message="the outbox to drain")
+                spans |= stash(receiver.url, db, topic, "d")  # alone: a batch of one
+                wait_until(lambda: outbox_count(dsn) == 0, timeout=60, message="the last row")
+                wait_until(lambda: place.count() == 5, timeout=30, message="five messages in Redis")
+                proc.send_signal(signal.SIGTERM)
+                assert proc.wait(30) == 0, (tmp_path / "reap.log").read_text()[-2000:]
+            # The application's spans reached the receiver; the harvester's were flushed at exit.
+            assert {s.name for s in receiver.of("shop")} == {f"POST /orders/{k}" for k in "abcd"}
+            published = receiver.of("reaper-under-test")
+            assert published and all(s.kind == PRODUCER for s in published)
+            for s in published:
+                assert s.attributes["messaging.system"] == "redis" and s.status_code != 2
+                assert s.attributes["messaging.destination.name"] == topic
+                assert s.attributes["messaging.operation.type"] == "send"
+            # d went alone: a child of its request span, in its trace.
+            d_trace, d_span = spans["d"]
+            (child,) = [s for s in published if s.parent_span_id == d_span]
+            assert child.trace_id == d_trace and child.attributes["messaging.batch.message_count"] == 1
+            assert child.name == f"publish {topic}" and child.attributes["messaging.message.id"]
+            # a, b and c went together: one span linking to each request span (and the untraced
+            # row adds no link).
+            (batch,) = [s for s in published if s.attributes["messaging.batch.message_count"] > 1]
+            assert sorted(batch.links) == sorted(spans[k] for k in "abc")
+            assert batch.parent_span_id == "" and batch.attributes["messaging.batch.message_count"] == 4
+        # The header reached Redis unchanged, with each message; the plain row has none.
+        seen = {key: dict(headers) for key, _value, headers in place.read(topic)}
+        for key in "abcd":
+            trace_id, span_id = spans[key]
+            assert seen[key]["traceparent"] == PARENTS[key]  # as OpenTelemetry's propagator writes it
+            assert seen[key]["traceparent"].startswith(f"00-{trace_id}-{span_id}-")
+        assert "traceparent" not in seen["plain"]
+    finally:
+        place.cleanup()
+
+
+def test_no_sdk_no_span_no_header(tmp_path: Path) -> None:
+    """The API without an SDK (or no span at all) writes no header and costs no export."""
+    import sqlite3
+
+    from opentelemetry import trace
+
+    from sluiceway import OutboxRecord, Stasher
+    from sluiceway.tracing import context_of, trace_headers
+
+    db = tmp_path / "shop.db"
+    with Database(f"sqlite:///{db}") as database:
+        init_outbox(database)
+    conn = sqlite3.connect(db)
+    with trace.get_tracer("no-sdk").start_as_current_span("ignored"):
+        assert trace_headers() == []
+        Stasher().stash(conn, OutboxRecord("t", "k", "{}"))
+    conn.commit()
+    (headers,) = conn.execute("SELECT kafka_header_keys FROM outbox").fetchone()
+    assert "traceparent" not in (headers or "")
+    # A malformed traceparent is the application's: no context, and no error.
+    zero, short = "00-" + "0" * 32 + "-" + "1" * 16 + "-01", "00-" + "a" * 32 + "-" + "b" * 15 + "-01"
+    for bad in ("", "00-xyz", zero, short):
+        assert context_of([("traceparent", bad)]) is None
+    good = context_of([("traceparent", "00-" + "a" * 32 + "-" + "b" * 16 + "-01"), ("tracestate", "k=v")])
+    assert good.trace_id == int("a" * 32, 16) and good.is_remote and good.trace_state.get("k") == "v"
