@@ -67,8 +67,6 @@ def context_of(headers: Sequence[tuple[str, str]]) -> Any:
             state = value
     if parent is None:
         return None
-    from opentelemetry.trace import SpanContext, TraceFlags, TraceState
-
     parts = parent.strip().split("-")
     if len(parts) < 4 or len(parts[1]) != 32 or len(parts[2]) != 16 or len(parts[3]) != 2:
         return None
@@ -78,13 +76,27 @@ def context_of(headers: Sequence[tuple[str, str]]) -> Any:
         return None
     if not trace_id or not span_id:
         return None
-    return SpanContext(
+    api = _api()
+    return api.SpanContext(
         trace_id,
         span_id,
         is_remote=True,
-        trace_flags=TraceFlags(flags & 1),
-        trace_state=TraceState.from_header([state]) if state else None,
+        trace_flags=api.TraceFlags(flags & 1),
+        trace_state=api.TraceState.from_header([state]) if state else None,
     )
+
+
+_API: Any = None
+
+
+def _api() -> Any:
+    """``opentelemetry.trace``, imported once (a record's context is read per record)."""
+    global _API
+    if _API is None:
+        from opentelemetry import trace
+
+        _API = trace
+    return _API
 
 
 class Tracing:

@@ -10,6 +10,11 @@ many, a span of its own that *links* to each record's span (a batch carries many
 conventions say. A record that failed makes the span's status an error, with the destination's
 reason.
 
+The harvester follows the application's sampling decision: a send whose records carry no sampled
+trace (no ``traceparent``, or its sampled flag off) gets no span at all, so that tracing costs
+the harvester only a look at the headers of the records nobody traces (a span, even one the
+sampler drops, costs more than publishing the record).
+
 The records and their headers are passed on unchanged, so the ``traceparent`` reaches the
 destination and its consumers.
 """
@@ -58,6 +63,8 @@ class TracedPublisher:
             raise
 
     def _refused(self, span: Any, exc: BaseException) -> None:
+        if span is None:
+            return
         span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, str(exc)))
         span.end()
 
@@ -70,13 +77,31 @@ class TracedPublisher:
     def _span(
         self, records: list[MarkedRecord], on_done: Callable[[Delivery], None]
     ) -> tuple[Callable[[Delivery], None], Any]:
+        """The span of one send and the report that ends it; ``(on_done, None)`` — no span, no
+        cost beyond reading the headers — when no record carries a sampled trace."""
+        sampled = []
+        seen = set()
+        for record in records:
+            found = context_of(record.headers)
+            if (
+                found is not None
+                and found.trace_flags.sampled
+                and (found.trace_id, found.span_id) not in seen
+            ):
+                seen.add((found.trace_id, found.span_id))
+                sampled.append(found)
+                if len(sampled) == MAX_LINKS:
+                    break
+        if not sampled:
+            return on_done, None
         trace = self._trace
         topics = {r.topic for r in records}
+        destination = records[0].topic if len(topics) == 1 else "(several)"
         attributes: dict[str, Any] = {
             "messaging.system": self.system,
             "messaging.operation.type": "send",
             "messaging.operation.name": "publish",
-            "messaging.destination.name": records[0].topic if len(topics) == 1 else "(several)",
+            "messaging.destination.name": destination,
             "messaging.batch.message_count": len(records),
         }
         context = None
@@ -84,22 +109,13 @@ class TracedPublisher:
         if len(records) == 1:
             attributes["messaging.message.id"] = str(records[0].id)
             attributes["messaging.message.conversation_id"] = records[0].key
-            parent = context_of(records[0].headers)
-            if parent is not None:
-                context = trace.set_span_in_context(trace.NonRecordingSpan(parent))
+            context = trace.set_span_in_context(trace.NonRecordingSpan(sampled[0]))
         else:
-            seen = set()
-            for record in records:
-                linked = context_of(record.headers)
-                if linked is not None and (linked.trace_id, linked.span_id) not in seen:
-                    seen.add((linked.trace_id, linked.span_id))
-                    links.append(trace.Link(linked))
-                    if len(links) == MAX_LINKS:
-                        break
-        name = f"publish {attributes['messaging.destination.name']}"
+            links = [trace.Link(linked) for linked in sampled]
         span = self.tracer.start_span(
-            name, context=context, kind=trace.SpanKind.PRODUCER, attributes=attributes, links=links
-        )
+            f"publish {destination}", context=context, kind=trace.SpanKind.PRODUCER, attributes=attributes,
+            links=links,
+        )  # fmt: skip
         left = [len(records)]
         lock = threading.Lock()
         failures: list[str] = []
