@@ -64,3 +64,39 @@ def timed_drain(config: Any, rows: int, left: Any) -> float:
     finally:
         harvest.stop()
     return rows / elapsed
+
+
+@contextmanager
+def otlp_sink() -> Iterator[tuple[str, Any]]:
+    """An OTLP/HTTP endpoint that takes trace exports and counts their spans: ``(url, count)``,
+    ``count()`` the spans received so far."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    received = [0]
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            request = ExportTraceServiceRequest.FromString(body)
+            n = sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
+            with lock:
+                received[0] += n
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", lambda: received[0]
+    finally:
+        server.shutdown()
+        server.server_close()

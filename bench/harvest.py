@@ -15,6 +15,10 @@
     harvester's transactions per second, latency at 20 rec/s, and the trigger's cost per insert;
 (e) with --versus REV: paired drains of the many-keys rows, this tree against REV (built from git
     in a temporary directory), each in a fresh process, alternating which goes first.
+(g) with --tracing 1%|100%: paired drains of the same rows with ``tracing: {enabled: true}`` and
+    without, alternating which goes first; every row carries a ``traceparent`` header as an
+    application tracing its requests writes it, 1 % (or all) of them sampled; spans are exported
+    over OTLP/HTTP to a receiver in this process. ``--tracing off`` drains without it only.
 Last line: one JSON object with the figures.
 """
 
@@ -36,7 +40,7 @@ from typing import Any
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import report, scratch_postgres, timed_drain
+from _common import otlp_sink, report, scratch_postgres, timed_drain
 from sluiceway.db import Database
 from sluiceway.harvest import Harvest, HarvestConfig, LeaderAcquired
 from sluiceway.harvest.ports import Delivery, Publisher
@@ -48,14 +52,22 @@ from sluiceway.testing import Broker, wait_until
 VALUE = "x" * 100
 
 
-def load(dsn: str, rows: int, keys: int, topic: str) -> None:
+def load(dsn: str, rows: int, keys: int, topic: str, traced: float | None = None) -> None:
+    """``rows`` rows over ``keys`` keys; ``traced``: each with a ``traceparent`` of a trace of its
+    own, that share of them sampled (as an application sampling its requests writes them)."""
     with Database(dsn) as db:
         init_outbox(db)
         db.execute("TRUNCATE outbox")
+    every = 0 if not traced else max(1, round(1 / traced))
     with psycopg.connect(dsn) as conn, conn.cursor() as cur:
         buf = io.StringIO()
         for i in range(rows):
-            buf.write(f"2026-11-25 00:00:00+00\t{topic}\tkey-{i % keys}\t{VALUE}\t{{}}\t{{}}\n")
+            if traced is None:
+                headers = "{}\t{}"
+            else:
+                flags = "01" if i % every == 0 else "00"
+                headers = f"{{traceparent}}\t{{00-{i + 1:032x}-{i + 1:016x}-{flags}}}"
+            buf.write(f"2026-11-25 00:00:00+00\t{topic}\tkey-{i % keys}\t{VALUE}\t{headers}\n")
         buf.seek(0)
         with cur.copy(
             "COPY outbox (create_time, kafka_topic, kafka_key, kafka_value, kafka_header_keys, "
@@ -142,7 +154,9 @@ def side_by_side(
     return rows / elapsed
 
 
-def harvest_config(dsn: str, bootstrap: str, name: str, mark: int, per_key: int = 1) -> HarvestConfig:
+def harvest_config(
+    dsn: str, bootstrap: str, name: str, mark: int, per_key: int = 1, tracing: bool = False
+) -> HarvestConfig:
     return HarvestConfig.from_dict(
         {
             "harvest": {
@@ -151,6 +165,7 @@ def harvest_config(dsn: str, bootstrap: str, name: str, mark: int, per_key: int 
                 "baseKafkaConfig": {"bootstrap.servers": bootstrap},
                 "election": {"kind": "database"},
                 "limits": {"markQueryRecords": mark, "minMetricsInterval": "60s", "perKeyInFlight": per_key},
+                "tracing": {"enabled": tracing},
             }
         }
     )
@@ -279,6 +294,9 @@ def main() -> None:
         help="only paired drains of the many-keys rows: this tree against the package at REV",
     )
     ap.add_argument("--wakeups", action="store_true", help="only the wake-up measures (f)")
+    ap.add_argument(
+        "--tracing", choices=["off", "1%", "100%"], help="only (g): paired drains, traced and not"
+    )
     ap.add_argument("--idle-seconds", type=float, default=30.0, help="(f): idle window per round")
     args = ap.parse_args()
     tune_collector()  # as `sluice reap` does (sluiceway/heap.py); the ceiling runs in this process too
@@ -287,6 +305,9 @@ def main() -> None:
         return
     if args.versus:
         versus(args)
+        return
+    if args.tracing:
+        tracing(args)
         return
     per_key_values = [1, *sorted({int(n) for n in args.per_key.split(",") if int(n) > 1})]
     ceilings: list[float] = []
@@ -365,6 +386,39 @@ def main() -> None:
             "p99_ms": round(p99, 2),
         },
     )
+
+
+def tracing(args: argparse.Namespace) -> None:
+    """(g): drains of the same traced rows, with the harvester's tracing on and off, in turns."""
+    share = {"off": None, "1%": 0.01, "100%": 1.0}[args.tracing]
+    modes = [False] if share is None else [False, True]
+    rates: dict[bool, list[float]] = {m: [] for m in modes}
+    with otlp_sink() as (endpoint, spans), Broker() as broker, scratch_postgres() as dsn:
+        os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
+        os.environ.setdefault("OTEL_SERVICE_NAME", "bench-harvest")
+        topic = broker.create_topic("bench-harvest", 8)
+        for r in range(args.rounds):
+            for traced in modes[r % 2 :] + modes[: r % 2]:
+                load(dsn, args.rows, args.keys, topic, traced=share)
+                config = harvest_config(
+                    dsn, broker.bootstrap, f"bench-{r}-{traced}", args.mark_records, tracing=traced
+                )
+                rates[traced].append(timed_drain(config, args.rows, lambda: outbox_rows(dsn)))
+        exported = spans()
+    off = statistics.median(rates[False])
+    rows = [("tracing off", f"{off:,.0f} rec/s  {_rounds(rates[False])}")]
+    summary: dict[str, Any] = {"bench": "harvest-tracing", "rows": args.rows, "off_rec_s": round(off)}
+    if share is not None:
+        on = statistics.median(rates[True])
+        ratios = sorted(t / o for t, o in zip(rates[True], rates[False], strict=True))
+        rows += [
+            (f"tracing on, {args.tracing} of rows sampled", f"{on:,.0f} rec/s  {_rounds(rates[True])}"),
+            ("traced / untraced (median of the rounds' ratios)", f"{statistics.median(ratios):.3f}"),
+            ("spans received by the OTLP receiver", f"{exported:,}"),
+        ]
+        summary |= {"on_rec_s": round(on), "traced_vs_untraced": round(statistics.median(ratios), 3),
+                    "spans": exported, "sampled": args.tracing}  # fmt: skip
+    report(f"harvest with tracing: {args.rows:,} rows, {args.keys} keys, {args.rounds} rounds", rows, summary)
 
 
 def versus(args: argparse.Namespace) -> None:

@@ -18,8 +18,10 @@ continue the trace too.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -105,31 +107,53 @@ class Tracing:
     def __init__(self, provider: Any) -> None:
         self.provider = provider
         self.tracer = provider.get_tracer(SCOPE)
+        self._lock = threading.Lock()
+        self._shut = False
 
     def shutdown(self) -> None:
-        """Export what is left (bounded by the exporter's own timeout) and stop."""
+        """Export what is left (bounded by the exporter's own timeout) and stop; once."""
+        global _STARTED
+        with self._lock:
+            if self._shut:
+                return
+            self._shut = True
+        with _START_LOCK:
+            if _STARTED is self:
+                _STARTED = None
         try:
             self.provider.shutdown()
         except Exception:  # an exporter that cannot reach its collector must not fail the exit
             log.warning("tracing: the last spans could not be exported", exc_info=True)
 
 
+_STARTED: Tracing | None = None
+_START_LOCK = threading.Lock()
+
+
 def start_tracing(service: str) -> Tracing:
-    """An SDK tracer provider for this process, exporting OTLP over HTTP in batches, configured by
-    the ``OTEL_*`` environment variables; ``service`` names it unless ``OTEL_SERVICE_NAME`` does.
-    It is also made the global provider, so libraries that trace join the same traces."""
-    try:
-        from opentelemetry import trace
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.resources import OTELResourceDetector, Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    except ImportError as exc:
-        raise TracingError(
-            f"tracing is enabled but {exc.name} is missing: pip install 'sluiceway[otel]'"
-        ) from None
-    resource = Resource.create({"service.name": service}).merge(OTELResourceDetector().detect())
-    provider = TracerProvider(resource=resource)  # the sampler: OTEL_TRACES_SAMPLER, else parent-based
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    trace.set_tracer_provider(provider)
-    return Tracing(provider)
+    """This process's tracing: an SDK tracer provider exporting OTLP over HTTP in batches,
+    configured by the ``OTEL_*`` environment variables (``service`` names it unless
+    ``OTEL_SERVICE_NAME`` does), made the global provider so that libraries that trace join the
+    same traces, and shut down (its last spans exported) at exit. Started once per process: a
+    second call returns the first's."""
+    global _STARTED
+    with _START_LOCK:
+        if _STARTED is not None:
+            return _STARTED
+        try:
+            from opentelemetry import trace
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from opentelemetry.sdk.resources import OTELResourceDetector, Resource
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        except ImportError as exc:
+            raise TracingError(
+                f"tracing is enabled but {exc.name} is missing: pip install 'sluiceway[otel]'"
+            ) from None
+        resource = Resource.create({"service.name": service}).merge(OTELResourceDetector().detect())
+        provider = TracerProvider(resource=resource)  # the sampler: OTEL_TRACES_SAMPLER, else parent-based
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        trace.set_tracer_provider(provider)
+        _STARTED = Tracing(provider)
+        atexit.register(_STARTED.shutdown)
+        return _STARTED

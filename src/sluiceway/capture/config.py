@@ -32,6 +32,7 @@ from sluiceway.config.types import (
     SchemaName,
     StartupTimeout,
     StrictModel,
+    TracingSettings,
 )
 from sluiceway.election.lease import lease_table
 from sluiceway.harvest.config import GAPLESS_PRODUCER, Logging
@@ -124,6 +125,13 @@ class CaptureSection(StrictModel):
     #: they are out of reach, before it gives up with one line: a duration, or ``forever``.
     startup_timeout: StartupTimeout = Field(30.0, alias="startupTimeout")
     metrics_addr: str | None = Field(None, alias="metricsAddr")
+    #: Spans for every publish (docs/operations.md, "Tracing"), continuing the trace a change's
+    #: ``traceColumn`` names.
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
+    #: A column of the captured tables that holds the W3C ``traceparent`` of the request that
+    #: wrote the row (as Debezium's outbox router reads one): each change gets it as a
+    #: ``traceparent`` header, and its publish span continues that trace.
+    trace_column: str | None = Field(None, alias="traceColumn", min_length=1)
     #: Publish from a process of its own (the default), so that reading and decoding the slot and
     #: publishing run on two cores; ``false``: from a thread of the capture's own process.
     publish_process: bool = Field(True, alias="publishProcess")

@@ -29,6 +29,7 @@ from sluiceway.cdc.records import BEFORE_HEADER
 from sluiceway.harvest.sequence import SLUICE_ID
 from sluiceway.journal.record import OP_HEADER
 from sluiceway.outbox.record import MarkedRecord, RecordColumns
+from sluiceway.tracing import TRACEPARENT
 
 #: The headers every record of a transaction (or copied chunk) has; others are a row's own.
 _SHARED = frozenset({"pg.lsn", "pg.xid", "sluice.mode"})
@@ -53,13 +54,20 @@ class TopicMap:
 
 
 def to_columns(
-    batch: pa.RecordBatch, topics: TopicMap, *, leader: str = "", tombstones: bool = False
+    batch: pa.RecordBatch,
+    topics: TopicMap,
+    *,
+    leader: str = "",
+    tombstones: bool = False,
+    trace_column: str | None = None,
 ) -> RecordColumns:
     """The batch's changes (the capture's record schema) as records to publish, in stream order.
 
     One pass over plain lists taken from the batch's columns: a transaction's ``source`` object,
     commit time and shared headers are made once (its rows share them), a row's own header
-    (``pg.before``, ``pg.unchanged-toast``) only where the row has one.
+    (``pg.before``, ``pg.unchanged-toast``) only where the row has one. ``trace_column``: the
+    row's value of that column (the old row's, for a delete), when it is text, becomes a
+    ``traceparent`` header (the row is read for it only then).
     """
     out = RecordColumns([], [], [], [], [], [], leader)
     n = batch.num_rows
@@ -128,6 +136,10 @@ def to_columns(
             _BODY
             % (_OP_BYTES.get(op) or op.encode(), before, value if value is not None else b"null", source)
         )
+        if trace_column is not None:
+            traced = _trace_of(value, before, trace_column)
+            if traced is not None:
+                row_base = [*row_base, (TRACEPARENT, traced)]
         out_headers.append([*row_base, (SLUICE_ID, str(sid))])
         if tombstones and op == "delete":
             sid = (offset << INDEX_BITS) | index
@@ -139,6 +151,20 @@ def to_columns(
             out_values.append(None)
             out_headers.append([*row_base[:-1], (SLUICE_ID, str(sid))])
     return out
+
+
+def _trace_of(after: bytes | None, before: bytes, column: str) -> str | None:
+    """The text in ``column`` of the row (its new image, else its old one), if any."""
+    for image in (after, before):
+        if image is None or image == b"null":
+            continue
+        try:
+            found = json.loads(image).get(column)
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(found, str):
+            return found
+    return None
 
 
 def to_records(

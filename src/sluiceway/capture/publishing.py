@@ -81,6 +81,13 @@ def open_dead_letter(c: CaptureSection, publisher: Publisher, epoch: int) -> Dea
     return DeadLetter(letters)
 
 
+def destination_system(c: CaptureSection) -> str:
+    """The destination's ``messaging.system``: ``kafka``, ``journal``, ``nats``, ``rabbitmq``, ``redis``."""
+    if c.target is not None:
+        return c.target.type
+    return "journal" if c.journal is not None else "kafka"
+
+
 def open_target(
     c: CaptureSection,
     epoch: int,
@@ -100,6 +107,11 @@ def open_target(
             publisher = open_publisher(c, epoch, may_continue)
     except PublishError as exc:
         raise DeliveryFailed(f"cannot open the destination: {exc}") from exc
+    if c.tracing.enabled:
+        from sluiceway.harvest.tracing import traced
+        from sluiceway.tracing import start_tracing
+
+        publisher = traced(publisher, start_tracing("sluice-capture").tracer, system=destination_system(c))
     if wrap is not None:
         publisher = wrap(publisher)
     try:
@@ -112,6 +124,7 @@ def open_target(
         TopicMap(c.topic),
         leader=f"{c.name}:{epoch}",
         tombstones=c.tombstones,
+        trace_column=c.trace_column,
         timeout=c.delivery_timeout,
         max_in_flight=max_in_flight,
         may_continue=may_continue,

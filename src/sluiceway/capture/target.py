@@ -130,6 +130,7 @@ class PublishTarget:
         *,
         leader: str = "",
         tombstones: bool = False,
+        trace_column: str | None = None,
         timeout: float = 60.0,
         max_in_flight: int = 20_000,
         may_continue: Callable[[], bool] = lambda: True,
@@ -142,6 +143,7 @@ class PublishTarget:
         self.topics = topics
         self.leader = leader
         self.tombstones = tombstones
+        self.trace_column = trace_column
         self.timeout = timeout
         self.max_in_flight = max_in_flight
         self.may_continue = may_continue
@@ -180,7 +182,9 @@ class PublishTarget:
         return None if self.position_file is None else self.position_file.read()
 
     def append(self, batch: pa.RecordBatch, end: int) -> None:
-        columns = to_columns(batch, self.topics, leader=self.leader, tombstones=self.tombstones)
+        columns = to_columns(
+            batch, self.topics, leader=self.leader, tombstones=self.tombstones, trace_column=self.trace_column
+        )
         if self.skips and not self.skips.isdisjoint(columns.ids):
             columns = self._skip(columns)
         entry = _Append(self, end, columns)

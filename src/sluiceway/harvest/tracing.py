@@ -25,8 +25,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from sluiceway.harvest.ports import Delivery, Publisher, SendsMany, is_inline
-from sluiceway.outbox.record import MarkedRecord
+from sluiceway.harvest.ports import ColumnsDone, Delivery, Publisher, SendsColumns, SendsMany, is_inline
+from sluiceway.outbox.record import MarkedRecord, RecordColumns
 from sluiceway.tracing import context_of
 
 #: The most links one span carries (OpenTelemetry's default span limit).
@@ -34,12 +34,18 @@ MAX_LINKS = 128
 
 
 def traced(inner: Publisher, tracer: Any, *, system: str) -> Publisher:
-    """``inner`` with a span per send (a batch of one), or per send batch where ``inner`` takes
-    batches whole (:class:`~sluiceway.harvest.ports.SendsMany`): it keeps ``inner``'s abilities,
-    no more (the engine sends to it exactly as it would to ``inner``)."""
-    if isinstance(inner, SendsMany):
-        return TracedBatchPublisher(inner, tracer, system=system)
-    return TracedPublisher(inner, tracer, system=system)
+    """``inner`` with a span per send (see the module docstring). It has exactly ``inner``'s
+    abilities — ``send_many`` (:class:`~sluiceway.harvest.ports.SendsMany`), ``send_columns``
+    (:class:`~sluiceway.harvest.ports.SendsColumns`) — no more: its callers send to it as they
+    would to ``inner``."""
+    many, columns = isinstance(inner, SendsMany), isinstance(inner, SendsColumns)
+    kind = {
+        (False, False): TracedPublisher,
+        (True, False): TracedBatchPublisher,
+        (False, True): TracedColumnsPublisher,
+        (True, True): TracedBatchColumnsPublisher,
+    }[(many, columns)]
+    return kind(inner, tracer, system=system)
 
 
 class TracedPublisher:
@@ -79,63 +85,83 @@ class TracedPublisher:
     ) -> tuple[Callable[[Delivery], None], Any]:
         """The span of one send and the report that ends it; ``(on_done, None)`` — no span, no
         cost beyond reading the headers — when no record carries a sampled trace."""
-        sampled = []
-        seen = set()
-        for record in records:
-            found = context_of(record.headers)
-            if (
-                found is not None
-                and found.trace_flags.sampled
-                and (found.trace_id, found.span_id) not in seen
-            ):
-                seen.add((found.trace_id, found.span_id))
-                sampled.append(found)
-                if len(sampled) == MAX_LINKS:
-                    break
-        if not sampled:
-            return on_done, None
-        trace = self._trace
-        topics = {r.topic for r in records}
-        destination = records[0].topic if len(topics) == 1 else "(several)"
-        attributes: dict[str, Any] = {
-            "messaging.system": self.system,
-            "messaging.operation.type": "send",
-            "messaging.operation.name": "publish",
-            "messaging.destination.name": destination,
-            "messaging.batch.message_count": len(records),
-        }
-        context = None
-        links = []
-        if len(records) == 1:
-            attributes["messaging.message.id"] = str(records[0].id)
-            attributes["messaging.message.conversation_id"] = records[0].key
-            context = trace.set_span_in_context(trace.NonRecordingSpan(sampled[0]))
-        else:
-            links = [trace.Link(linked) for linked in sampled]
-        span = self.tracer.start_span(
-            f"publish {destination}", context=context, kind=trace.SpanKind.PRODUCER, attributes=attributes,
-            links=links,
+        first = records[0]
+        span = self._start(
+            [r.headers for r in records], len(records), {r.topic for r in records}, first.topic,
+            str(first.id), first.key,
         )  # fmt: skip
-        left = [len(records)]
-        lock = threading.Lock()
-        failures: list[str] = []
+        if span is None:
+            return on_done, None
+        ending = _Ending(span, len(records), self._trace)
 
         def done(delivery: Delivery) -> None:
             try:
                 on_done(delivery)
             finally:
-                with lock:
-                    if delivery.error is not None:
-                        failures.append(delivery.error)
-                    left[0] -= 1
-                    last = left[0] == 0
-                if last:
-                    if failures:
-                        span.set_status(trace.Status(trace.StatusCode.ERROR, failures[0]))
-                        span.set_attribute("sluiceway.failed_count", len(failures))
-                    span.end()
+                ending.one(delivery.error)
 
         return done, span
+
+    def _start(
+        self, headers: list[Any], count: int, topics: set[str], topic: str, first_id: str, first_key: str
+    ) -> Any:
+        """A started span for ``count`` records with these ``headers`` (``None``: none sampled)."""
+        sampled = []
+        seen = set()
+        for row in headers:
+            found = context_of(row)
+            if found is None or not found.trace_flags.sampled:
+                continue
+            if (found.trace_id, found.span_id) not in seen:
+                seen.add((found.trace_id, found.span_id))
+                sampled.append(found)
+                if len(sampled) == MAX_LINKS:
+                    break
+        if not sampled:
+            return None
+        trace = self._trace
+        destination = topic if len(topics) == 1 else "(several)"
+        attributes: dict[str, Any] = {
+            "messaging.system": self.system,
+            "messaging.operation.type": "send",
+            "messaging.operation.name": "publish",
+            "messaging.destination.name": destination,
+            "messaging.batch.message_count": count,
+        }
+        context = None
+        links = []
+        if count == 1:
+            attributes["messaging.message.id"] = first_id
+            attributes["messaging.message.conversation_id"] = first_key
+            context = trace.set_span_in_context(trace.NonRecordingSpan(sampled[0]))
+        else:
+            links = [trace.Link(linked) for linked in sampled]
+        return self.tracer.start_span(
+            f"publish {destination}", context=context, kind=trace.SpanKind.PRODUCER, attributes=attributes,
+            links=links,
+        )  # fmt: skip
+
+
+class _Ending:
+    """Ends a span once each of its ``count`` records is reported (from any thread); an error if
+    any failed, with the first reason."""
+
+    def __init__(self, span: Any, count: int, trace: Any) -> None:
+        self.span, self.left, self.trace = span, count, trace
+        self.failures: list[str] = []
+        self.lock = threading.Lock()
+
+    def one(self, error: str | None, n: int = 1) -> None:
+        with self.lock:
+            if error is not None:
+                self.failures.append(error)
+            self.left -= n
+            last = self.left == 0
+        if last:
+            if self.failures:
+                self.span.set_status(self.trace.Status(self.trace.StatusCode.ERROR, self.failures[0]))
+                self.span.set_attribute("sluiceway.failed_count", len(self.failures))
+            self.span.end()
 
 
 class TracedBatchPublisher(TracedPublisher):
@@ -150,3 +176,47 @@ class TracedBatchPublisher(TracedPublisher):
         except BaseException as exc:
             self._refused(span, exc)
             raise
+
+
+class _TracedDone:
+    """A :class:`~sluiceway.harvest.ports.ColumnsDone` that also ends the span of the records."""
+
+    def __init__(self, done: ColumnsDone, ending: _Ending) -> None:
+        self.done, self.ending = done, ending
+
+    def acked(self, count: int) -> None:
+        try:
+            self.done.acked(count)
+        finally:
+            self.ending.one(None, count)
+
+    def failed(self, index: int, delivery: Delivery) -> None:
+        try:
+            self.done.failed(index, delivery)
+        finally:
+            self.ending.one(delivery.error or "failed")
+
+
+class TracedColumnsPublisher(TracedPublisher):
+    """``inner``, which takes records made column-wise (``sluice capture``), with a span per call."""
+
+    def send_columns(self, columns: RecordColumns, done: ColumnsDone) -> None:
+        if not len(columns):
+            self.inner.send_columns(columns, done)  # type: ignore[attr-defined]
+            return
+        span = self._start(
+            columns.headers, len(columns), set(columns.topics), columns.topics[0], str(columns.ids[0]),
+            columns.keys[0],
+        )  # fmt: skip
+        reported: ColumnsDone = (
+            done if span is None else _TracedDone(done, _Ending(span, len(columns), self._trace))
+        )
+        try:
+            self.inner.send_columns(columns, reported)  # type: ignore[attr-defined]
+        except BaseException as exc:
+            self._refused(span, exc)
+            raise
+
+
+class TracedBatchColumnsPublisher(TracedColumnsPublisher, TracedBatchPublisher):
+    """Both: batches whole, and records made column-wise."""

@@ -164,3 +164,89 @@ def test_no_sdk_no_span_no_header(tmp_path: Path) -> None:
         assert context_of([("traceparent", bad)]) is None
     good = context_of([("traceparent", "00-" + "a" * 32 + "-" + "b" * 16 + "-01"), ("tracestate", "k=v")])
     assert good.trace_id == int("a" * 32, 16) and good.is_remote and good.trace_state.get("k") == "v"
+
+
+#: The application on PostgreSQL: each argument a transaction, its rows "id:id:…", each row
+#: written inside a span of its own with that span's traceparent in the ``trace`` column.
+PG_APP = """
+import sys, psycopg
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+provider = TracerProvider(resource=Resource.create({"service.name": "shop"}))
+provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=sys.argv[1] + "/v1/traces")))
+tracer = provider.get_tracer("shop")
+with psycopg.connect(sys.argv[2]) as conn:
+    for group in sys.argv[3:]:
+        with conn.transaction():
+            for row in group.split(":"):
+                with tracer.start_as_current_span("POST /orders/" + row, context=None) as span:
+                    carrier = {}
+                    TraceContextTextMapPropagator().inject(carrier, context=trace.set_span_in_context(span))
+                    parent = carrier["traceparent"]
+                    conn.execute("INSERT INTO traced (id, trace) VALUES (%s, %s)", (int(row), parent))
+                    c = span.get_span_context()
+                    print(row, format(c.trace_id, "032x"), format(c.span_id, "016x"), parent, flush=True)
+provider.shutdown()
+"""
+
+
+def test_a_capture_continues_the_trace_its_trace_column_names(cdc_dsn: str, tmp_path: Path) -> None:
+    import psycopg
+
+    with psycopg.connect(cdc_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE traced (id int PRIMARY KEY, note text, trace text)")
+    place = make_place("redis")
+    capture = {
+        "name": "traced", "dsn": cdc_dsn, "tables": ["public.traced"], "slot": "traced",
+        "publication": "traced", "snapshot": "never", "stateDir": str(tmp_path / "state"),
+        "target": place.target(), "topic": f"{place.prefix}.{{table}}",
+        "tracing": {"enabled": True}, "traceColumn": "trace", "election": {"leaseTimeout": "2s"},
+    }  # fmt: skip
+    config = tmp_path / "capture.yaml"
+    config.write_text(yaml.safe_dump({"capture": capture, "logging": {"level": "Warn"}}))
+
+    def slot_active() -> bool:
+        with psycopg.connect(cdc_dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT active FROM pg_replication_slots WHERE slot_name = 'traced'"
+            ).fetchone()
+        return bool(row and row[0])
+
+    try:
+        with otlp_receiver() as receiver:
+            env = {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+                "OTEL_SERVICE_NAME": "capture-under-test",
+                "OTEL_BSP_SCHEDULE_DELAY": "100",
+            }
+            with sluice_process(["capture", "-f", str(config)], tmp_path / "capture.log", env=env) as proc:
+                wait_until(slot_active, timeout=60, message="the capture to read its slot")
+                done = subprocess.run(
+                    [sys.executable, "-c", PG_APP, receiver.url, cdc_dsn, "1", "2:3:4"],
+                    capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                )  # fmt: skip
+                assert done.returncode == 0, done.stderr
+                rows = {r: (t, s, p) for r, t, s, p in (line.split() for line in done.stdout.splitlines())}
+                wait_until(lambda: place.count() == 4, timeout=60, message="four changes in Redis")
+                proc.send_signal(signal.SIGTERM)
+                assert proc.wait(30) == 0, (tmp_path / "capture.log").read_text()[-2000:]
+            published = receiver.of("capture-under-test")
+            assert published and all(s.kind == PRODUCER for s in published)
+            assert all(s.attributes["messaging.system"] == "redis" for s in published)
+            # Row 1's transaction alone: a child of its request span.
+            trace_1, span_1, _ = rows["1"]
+            (child,) = [s for s in published if s.parent_span_id == span_1]
+            assert child.trace_id == trace_1 and child.attributes["messaging.batch.message_count"] == 1
+            # Rows 2, 3, 4 in one transaction: their publish links to each of their traces.
+            linked = {link for s in published for link in s.links}
+            assert {(rows[r][0], rows[r][1]) for r in "234"} <= linked
+        # Each change carries its row's traceparent to Redis.
+        seen = {key: dict(headers) for key, _value, headers in place.read(f"{place.prefix}.traced")}
+        assert {key: h["traceparent"] for key, h in seen.items()} == {r: rows[r][2] for r in "1234"}
+    finally:
+        place.cleanup()
