@@ -66,37 +66,59 @@ def timed_drain(config: Any, rows: int, left: Any) -> float:
     return rows / elapsed
 
 
+_OTLP_SINK = """
+import sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+received = [0]
+lock = threading.Lock()
+
+class Handler(BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        request = ExportTraceServiceRequest.FromString(body)
+        with lock:
+            received[0] += sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_GET(self):
+        body = str(received[0]).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
 @contextmanager
 def otlp_sink() -> Iterator[tuple[str, Any]]:
-    """An OTLP/HTTP endpoint that takes trace exports and counts their spans: ``(url, count)``,
-    ``count()`` the spans received so far."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    """An OTLP/HTTP endpoint that takes trace exports and counts their spans, in a process of its
+    own (as a collector is: its decoding must not share the measured process's core): ``(url,
+    count)``, ``count()`` the spans received so far."""
+    import subprocess
+    import sys
+    import urllib.request
 
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-    received = [0]
-    lock = threading.Lock()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            request = ExportTraceServiceRequest.FromString(body)
-            n = sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
-            with lock:
-                received[0] += n
-            self.send_response(200)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    proc = subprocess.Popen([sys.executable, "-c", _OTLP_SINK], stdout=subprocess.PIPE, text=True)
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", lambda: received[0]
+        assert proc.stdout is not None
+        url = f"http://127.0.0.1:{int(proc.stdout.readline())}"
+
+        def count() -> int:
+            with urllib.request.urlopen(url + "/count", timeout=10) as response:
+                return int(response.read())
+
+        yield url, count
     finally:
-        server.shutdown()
-        server.server_close()
+        proc.terminate()
+        proc.wait(10)

@@ -27,7 +27,7 @@ from typing import Any
 
 from sluiceway.harvest.ports import ColumnsDone, Delivery, Publisher, SendsColumns, SendsMany, is_inline
 from sluiceway.outbox.record import MarkedRecord, RecordColumns
-from sluiceway.tracing import context_of
+from sluiceway.tracing import context_of, sampled_parent
 
 #: The most links one span carries (OpenTelemetry's default span limit).
 MAX_LINKS = 128
@@ -61,6 +61,9 @@ class TracedPublisher:
         self.inline = is_inline(inner)
 
     def send(self, record: MarkedRecord, on_done: Callable[[Delivery], None]) -> None:
+        if not sampled_parent(record.headers):  # most records, at a low sampling rate: as is
+            self.inner.send(record, on_done)
+            return
         done, span = self._span([record], on_done)
         try:
             self.inner.send(record, done)
@@ -109,6 +112,8 @@ class TracedPublisher:
         sampled = []
         seen = set()
         for row in headers:
+            if not sampled_parent(row):
+                continue
             found = context_of(row)
             if found is None or not found.trace_flags.sampled:
                 continue
@@ -168,7 +173,8 @@ class TracedBatchPublisher(TracedPublisher):
     """``inner``, which takes send batches whole, with a span per batch."""
 
     def send_many(self, records: list[MarkedRecord], on_done: Callable[[Delivery], None]) -> None:
-        if not records:
+        if not any(sampled_parent(r.headers) for r in records):
+            self.inner.send_many(records, on_done)  # type: ignore[attr-defined]
             return
         done, span = self._span(records, on_done)
         try:
@@ -201,7 +207,7 @@ class TracedColumnsPublisher(TracedPublisher):
     """``inner``, which takes records made column-wise (``sluice capture``), with a span per call."""
 
     def send_columns(self, columns: RecordColumns, done: ColumnsDone) -> None:
-        if not len(columns):
+        if not any(map(sampled_parent, columns.headers)):
             self.inner.send_columns(columns, done)  # type: ignore[attr-defined]
             return
         span = self._start(
