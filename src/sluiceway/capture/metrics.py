@@ -93,6 +93,11 @@ class CaptureMeter:
             "sluice_capture_destination", "1 for the kind of destination", ["capture", "destination"],
             registry=registry,
         ).labels(self.name, self.destination).set(1)  # fmt: skip
+        # Every series exists from the start (counters at zero, not leading yet): a dashboard of
+        # a fresh process shows 0 rather than "no data".
+        for key in ("changes", "bytes", "skipped", "dead_letters", "latency"):
+            self._prom[key].labels(self.name)
+        self._prom["leader"].labels(self.name).set(1 if self.leading else 0)
         self._endpoint = serve_metrics(registry, addr)
         return self._endpoint.host, self._endpoint.port
 

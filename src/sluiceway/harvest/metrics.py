@@ -72,6 +72,13 @@ class HarvestMetrics:
             ["harvest", "destination"],
             registry=self.registry,
         ).labels(name, destination).set(1)
+        # Every labelled series exists from the start, at zero: a dashboard of a fresh process
+        # shows 0, not "no data", and rate() has a first point to start from.
+        for outcome in OUTCOMES:
+            self.records.labels(name, outcome)
+        for series in (self.latency, self.keys_parked):
+            series.labels(name)
+        self.leader.labels(name).set(0)
         self._backlog = None if outbox is None else _BacklogAge(name, *outbox)
         if self._backlog is not None:
             self.registry.register(self._backlog)
@@ -115,6 +122,11 @@ class HarvestMetrics:
             self._endpoint = None
         if self._backlog is not None:
             self._backlog.close()
+
+
+#: ``sluice_harvest_records_total``'s outcomes: the meter's counts, and each record buried
+#: (``dead_lettered``, one per :class:`RecordDeadLettered`; ``dead`` is the meter's count of them).
+OUTCOMES = ("marked", "published", "purged", "reset", "dead", "dead_lettered")
 
 
 class _BacklogAge:
