@@ -140,6 +140,19 @@ class Tracing:
             log.warning("tracing: the last spans could not be exported", exc_info=True)
 
 
+def require_tracing() -> None:
+    """Raise :class:`TracingError` (one line naming the fix) unless the ``otel`` extra is
+    installed: checked before a process that traces starts anything."""
+    try:
+        import opentelemetry.exporter.otlp.proto.http.trace_exporter
+        import opentelemetry.sdk.trace  # noqa: F401
+        from opentelemetry import trace  # noqa: F401
+    except ImportError as exc:
+        raise TracingError(
+            f"tracing is enabled but {exc.name} is missing: pip install 'sluiceway[otel]'"
+        ) from None
+
+
 _STARTED: Tracing | None = None
 _START_LOCK = threading.Lock()
 
@@ -154,16 +167,13 @@ def start_tracing(service: str) -> Tracing:
     with _START_LOCK:
         if _STARTED is not None:
             return _STARTED
-        try:
-            from opentelemetry import trace
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-            from opentelemetry.sdk.resources import OTELResourceDetector, Resource
-            from opentelemetry.sdk.trace import TracerProvider
-            from opentelemetry.sdk.trace.export import BatchSpanProcessor
-        except ImportError as exc:
-            raise TracingError(
-                f"tracing is enabled but {exc.name} is missing: pip install 'sluiceway[otel]'"
-            ) from None
+        require_tracing()
+        from opentelemetry import trace
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import OTELResourceDetector, Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
         resource = Resource.create({"service.name": service}).merge(OTELResourceDetector().detect())
         provider = TracerProvider(resource=resource)  # the sampler: OTEL_TRACES_SAMPLER, else parent-based
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))

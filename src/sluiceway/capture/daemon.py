@@ -115,6 +115,10 @@ class Capture(Elected):
         for ever); a refusal is raised at once. Raises a
         :class:`~sluiceway.errors.SluicewayError` (one line naming the fix)."""
         c = self.config.capture
+        if c.tracing.enabled:
+            from sluiceway.tracing import require_tracing
+
+            require_tracing()  # the otel extra, before any connection is made
         timeout = c.startup_timeout
         server = server_of(parse_dsn(c.dsn))
         wait_for_start(self._check_database, what=server, timeout=timeout, credentials="dsn")

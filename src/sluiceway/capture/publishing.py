@@ -81,13 +81,6 @@ def open_dead_letter(c: CaptureSection, publisher: Publisher, epoch: int) -> Dea
     return DeadLetter(letters)
 
 
-def destination_system(c: CaptureSection) -> str:
-    """The destination's ``messaging.system``: ``kafka``, ``journal``, ``nats``, ``rabbitmq``, ``redis``."""
-    if c.target is not None:
-        return c.target.type
-    return "journal" if c.journal is not None else "kafka"
-
-
 def open_target(
     c: CaptureSection,
     epoch: int,
@@ -111,7 +104,7 @@ def open_target(
         from sluiceway.harvest.tracing import traced
         from sluiceway.tracing import start_tracing
 
-        publisher = traced(publisher, start_tracing("sluice-capture").tracer, system=destination_system(c))
+        publisher = traced(publisher, start_tracing("sluice-capture").tracer, system=c.destination)
     if wrap is not None:
         publisher = wrap(publisher)
     try:

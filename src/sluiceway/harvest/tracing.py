@@ -88,11 +88,7 @@ class TracedPublisher:
     ) -> tuple[Callable[[Delivery], None], Any]:
         """The span of one send and the report that ends it; ``(on_done, None)`` — no span, no
         cost beyond reading the headers — when no record carries a sampled trace."""
-        first = records[0]
-        span = self._start(
-            [r.headers for r in records], len(records), {r.topic for r in records}, first.topic,
-            str(first.id), first.key,
-        )  # fmt: skip
+        span = self._start([r.headers for r in records], [r.topic for r in records], records[0])
         if span is None:
             return on_done, None
         ending = _Ending(span, len(records), self._trace)
@@ -105,17 +101,16 @@ class TracedPublisher:
 
         return done, span
 
-    def _start(
-        self, headers: list[Any], count: int, topics: set[str], topic: str, first_id: str, first_key: str
-    ) -> Any:
-        """A started span for ``count`` records with these ``headers`` (``None``: none sampled)."""
+    def _start(self, headers: list[Any], topics: list[str], first: MarkedRecord) -> Any:
+        """A started span for the records with these ``headers`` and ``topics`` (``first``: the
+        first of them, named when it is alone); ``None`` when none carries a sampled trace."""
         sampled = []
         seen = set()
         for row in headers:
             if not sampled_parent(row):
                 continue
             found = context_of(row)
-            if found is None or not found.trace_flags.sampled:
+            if found is None:
                 continue
             if (found.trace_id, found.span_id) not in seen:
                 seen.add((found.trace_id, found.span_id))
@@ -125,7 +120,8 @@ class TracedPublisher:
         if not sampled:
             return None
         trace = self._trace
-        destination = topic if len(topics) == 1 else "(several)"
+        count = len(headers)
+        destination = topics[0] if len(set(topics)) == 1 else "(several)"
         attributes: dict[str, Any] = {
             "messaging.system": self.system,
             "messaging.operation.type": "send",
@@ -136,8 +132,8 @@ class TracedPublisher:
         context = None
         links = []
         if count == 1:
-            attributes["messaging.message.id"] = first_id
-            attributes["messaging.message.conversation_id"] = first_key
+            attributes["messaging.message.id"] = str(first.id)
+            attributes["messaging.message.conversation_id"] = first.key
             context = trace.set_span_in_context(trace.NonRecordingSpan(sampled[0]))
         else:
             links = [trace.Link(linked) for linked in sampled]
@@ -210,10 +206,7 @@ class TracedColumnsPublisher(TracedPublisher):
         if not any(map(sampled_parent, columns.headers)):
             self.inner.send_columns(columns, done)  # type: ignore[attr-defined]
             return
-        span = self._start(
-            columns.headers, len(columns), set(columns.topics), columns.topics[0], str(columns.ids[0]),
-            columns.keys[0],
-        )  # fmt: skip
+        span = self._start(columns.headers, columns.topics, columns.record(0))
         reported: ColumnsDone = (
             done if span is None else _TracedDone(done, _Ending(span, len(columns), self._trace))
         )

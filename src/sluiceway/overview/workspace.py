@@ -142,8 +142,15 @@ class HistorySettings(StrictModel):
 class PrometheusSettings(StrictModel):
     """History read from this Prometheus server instead (the console then keeps none)."""
 
-    url: str = Field(pattern=r"^https?://")
+    url: str
     timeout: Duration = Field(5.0, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("expected the server's http:// or https:// address, as http://prometheus:9090")
+        return value
 
 
 class Workspace(StrictModel):

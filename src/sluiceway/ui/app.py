@@ -47,6 +47,7 @@ from sluiceway.overview.report import (
     CaptureEntry,
     Entry,
     FeedEntry,
+    Health,
     JournalEntry,
     OutboxEntry,
     PipelineEntry,
@@ -187,7 +188,7 @@ def _detail(request: Request, name: str, kind: str, entry: Entry, **context: Any
     history = _console(request).history
     part = part_id(kind, entry.name)
     since = None
-    if history is not None and entry.health != "ok":
+    if history is not None and entry.health is not Health.OK:
         try:
             since = history.trouble_since(part)
         except HistoryError as exc:
@@ -342,14 +343,15 @@ def api_history(request: Request) -> Response:
     only = [s for s in request.query_params.get("series", "").split(",") if s] or None
     part = request.query_params.get("part")
     parts = [part_id(kind, name) for kind, name in watched(_console(request).workspace)]
+    if part is not None:
+        try:
+            split_part(part)
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+        if part not in parts:
+            raise HTTPException(404, f"the workspace watches no {part}")
     try:
         if part is not None:
-            if part not in parts:
-                try:
-                    split_part(part)
-                except ValueError as exc:
-                    raise HTTPException(400, str(exc)) from None
-                raise HTTPException(404, f"the workspace watches no {part}")
             return JSONResponse({"range": text, **history.read(part, span, only=only).to_json()})
         charts = [history.read(p, span, only=[headline(split_part(p)[0]).name]).to_json() for p in parts]
         return JSONResponse({"range": text, "parts": charts})

@@ -250,3 +250,41 @@ def test_a_capture_continues_the_trace_its_trace_column_names(cdc_dsn: str, tmp_
         assert {key: h["traceparent"] for key, h in seen.items()} == {r: rows[r][2] for r in "1234"}
     finally:
         place.cleanup()
+
+
+def test_tracing_without_the_otel_extra_is_one_line_before_anything_starts(tmp_path: Path) -> None:
+    """An ``opentelemetry`` with no SDK or exporter in it (the extra not installed) shadows the real
+    one: ``sluice reap`` and ``sluice capture`` each say so in one line, exit 1, and create nothing."""
+    shadow = tmp_path / "shadow" / "opentelemetry"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")
+    db = tmp_path / "shop.db"
+    with Database(f"sqlite:///{db}") as database:
+        init_outbox(database)
+    reaper = tmp_path / "reaper.yaml"
+    reaper.write_text(yaml.safe_dump({"harvest": {
+        "dataSource": f"sqlite:///{db}", "journal": {"path": str(tmp_path / "j")},
+        "tracing": {"enabled": True},
+    }}))  # fmt: skip
+    capture = tmp_path / "capture.yaml"
+    capture.write_text(yaml.safe_dump({"capture": {
+        "dsn": "host=127.0.0.1 port=1 user=postgres dbname=x", "tables": ["public.t"], "slot": "s1",
+        "publication": "s1", "journal": {"path": str(tmp_path / "cj")}, "tracing": {"enabled": True},
+    }}))  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "shadow"), str(ROOT / "src")])}
+    for args in (["reap", "-f", str(reaper)], ["capture", "-f", str(capture)]):
+        done = subprocess.run(
+            [sys.executable, "-m", "sluiceway.cli.main", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+        assert done.returncode == 1 and len(errors) == 1, done.stderr
+        assert (
+            "tracing is enabled but opentelemetry" in errors[0]
+            and "pip install 'sluiceway[otel]'" in errors[0]
+        )
+        assert "Traceback" not in done.stderr
+    assert not (tmp_path / "j").exists() and not (tmp_path / "cj").exists()

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from sluiceway.cdc.pgoutput import parse_lsn
 from sluiceway.overview.report import (
+    KINDS,
     CaptureEntry,
     Entry,
     FeedEntry,
@@ -132,7 +133,7 @@ class Figures:
     def take(self, report: StatusReport, at: float) -> list[Point]:
         """The points of ``report``, read at ``at`` (seconds since the epoch)."""
         points: list[Point] = []
-        for kind in ("outboxes", "journals", "pipelines", "feeds", "captures"):
+        for kind in KINDS:
             for entry in report.entries(kind):
                 part = part_id(kind, entry.name)
                 gauges, counts = _read(entry)

@@ -29,6 +29,14 @@ class Query:
     #: A label that splits the result into one series each (``sink``: ``lag:<sink>``).
     by: str | None = None
 
+    def asked(self, only: Sequence[str] | None) -> bool:
+        """Whether a read of the series ``only`` (``None``: all) needs this query."""
+        if only is None:
+            return True
+        if self.by is None:
+            return self.series.name in only
+        return any(name.startswith(f"{self.series.name}:") for name in only)
+
 
 def _rate(metric: str, matcher: str = "@") -> str:
     return f"sum(rate({metric}{{{matcher}}}[1m]))"
@@ -121,6 +129,8 @@ class PrometheusHistory:
         step = bucket_step(span, 5)
         rows: list[tuple[str, float, float]] = []
         for query in QUERIES[kind]:
+            if not query.asked(only):
+                continue  # not asked for: not asked of Prometheus either (a sparkline asks one)
             for labels, values in self._range(query.expr.replace("@", sel), since, until, step):
                 label = labels.get(query.by, "") if query.by else ""
                 name_ = f"{query.series.name}:{label}" if query.by else query.series.name

@@ -218,20 +218,21 @@ class SqliteHistory:
         """``part``'s series over the last ``span`` seconds (``only``: just those series)."""
         until = self._clock()
         since = until - span
-        if since >= until - self.detail:
-            step = bucket_step(span, self.every)
-            sql = (
-                "SELECT series, CAST(at / :step AS INTEGER) * :step AS b, avg(value) FROM sample "
-                "WHERE part = :part AND at >= :since GROUP BY series, b"
-            )
+        if since >= until - self.detail:  # every sample is still here
+            step, table, mean = bucket_step(span, self.every), "sample", "avg(value)"
         else:
-            step = bucket_step(span, 60)
-            sql = (
-                "SELECT series, CAST(at / :step AS INTEGER) * :step AS b, sum(total) / sum(n) FROM minute "
-                "WHERE part = :part AND at >= :since GROUP BY series, b"
-            )
+            step, table, mean = bucket_step(span, 60), "minute", "sum(total) / sum(n)"
+        params: dict[str, object] = {"step": step, "part": part, "since": since}
+        asked = ""
+        if only is not None:  # just those series read (a sparkline asks for one)
+            params |= {f"s{i}": name for i, name in enumerate(only)}
+            asked = f" AND series IN ({', '.join(f':s{i}' for i in range(len(only)))})"
+        sql = (
+            f"SELECT series, CAST(at / :step AS INTEGER) * :step AS b, {mean} FROM {table} "
+            f"WHERE part = :part AND at >= :since{asked} GROUP BY series, b"
+        )
         with self._lock:
-            rows = self._db.execute(sql, {"step": step, "part": part, "since": since}).fetchall()
+            rows = self._db.execute(sql, params).fetchall()
         return chart(part, self.source, since, until, step, rows, only)
 
     def trouble_since(self, part: str) -> float | None:
