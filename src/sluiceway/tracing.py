@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sluiceway.errors import SluicewayError
@@ -34,6 +35,8 @@ TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
 #: The instrumentation scope of sluiceway's spans.
 SCOPE = "sluiceway"
+#: The most links one span carries (OpenTelemetry's default span limit).
+MAX_LINKS = 128
 
 
 class TracingError(SluicewayError):
@@ -102,6 +105,60 @@ def context_of(headers: Sequence[tuple[str, str]]) -> Any:
     )
 
 
+def sampled_contexts(rows: Iterable[Sequence[tuple[str, str]]]) -> list[Any]:
+    """The distinct sampled span contexts named by the ``traceparent`` of each of ``rows`` (one
+    record's headers each), in order, at most :data:`MAX_LINKS`: what a span over these records
+    continues. Records without a sampled trace cost a look at their headers only."""
+    found: list[Any] = []
+    seen: set[tuple[int, int]] = set()
+    for headers in rows:
+        if not sampled_parent(headers):
+            continue
+        context = context_of(headers)
+        if context is None or (context.trace_id, context.span_id) in seen:
+            continue
+        seen.add((context.trace_id, context.span_id))
+        found.append(context)
+        if len(found) == MAX_LINKS:
+            break
+    return found
+
+
+def continuing(
+    tracer: Any,
+    name: str,
+    contexts: Sequence[Any],
+    *,
+    records: int,
+    kind: str,
+    attributes: Mapping[str, Any],
+    start_time: int | None = None,
+) -> Any:
+    """A started span over ``records`` records that carry ``contexts`` (:func:`sampled_contexts`,
+    not empty): the child of the record's span for one record, or for a batch a span of its own
+    that links to each, as OpenTelemetry's messaging conventions say. ``kind``: the
+    ``SpanKind`` by name (``"PRODUCER"``, ``"CONSUMER"``…); ``start_time`` in ns since the epoch
+    (``None``: now)."""
+    api = _api()
+    parent = links = None
+    if records == 1:
+        parent = api.set_span_in_context(api.NonRecordingSpan(contexts[0]))
+    else:
+        links = [api.Link(context) for context in contexts]
+    return tracer.start_span(
+        name, context=parent, kind=getattr(api.SpanKind, kind), attributes=dict(attributes), links=links,
+        start_time=start_time,
+    )  # fmt: skip
+
+
+def end_span(span: Any, error: str | None = None, *, end_time: int | None = None) -> None:
+    """End ``span``; with an ``error``, as failed for that reason."""
+    if error is not None:
+        api = _api()
+        span.set_status(api.Status(api.StatusCode.ERROR, error))
+    span.end(end_time=end_time)
+
+
 _API: Any = None
 
 
@@ -157,24 +214,34 @@ _STARTED: Tracing | None = None
 _START_LOCK = threading.Lock()
 
 
-def start_tracing(service: str) -> Tracing:
+def otel_environment() -> dict[str, str]:
+    """This process's ``OTEL_*`` environment variables: what a process started elsewhere (a Spark
+    executor's Python worker) needs to export its spans where this one does."""
+    return {name: value for name, value in os.environ.items() if name.startswith("OTEL_")}
+
+
+def start_tracing(service: str, environment: Mapping[str, str] | None = None) -> Tracing:
     """This process's tracing: an SDK tracer provider exporting OTLP over HTTP in batches,
     configured by the ``OTEL_*`` environment variables (``service`` names it unless
     ``OTEL_SERVICE_NAME`` does), made the global provider so that libraries that trace join the
     same traces, and shut down (its last spans exported) at exit. Started once per process: a
-    second call returns the first's."""
+    second call returns the first's. ``environment``: ``OTEL_*`` variables to use where this
+    process has none of its own (:func:`otel_environment` of the process that asked for it)."""
     global _STARTED
     with _START_LOCK:
         if _STARTED is not None:
             return _STARTED
         require_tracing()
+        for name, value in (environment or {}).items():
+            os.environ.setdefault(name, value)
         from opentelemetry import trace
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import OTELResourceDetector, Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-        resource = Resource.create({"service.name": service}).merge(OTELResourceDetector().detect())
+        named = Resource.create({"service.name": service, "process.pid": os.getpid()})
+        resource = named.merge(OTELResourceDetector().detect())
         provider = TracerProvider(resource=resource)  # the sampler: OTEL_TRACES_SAMPLER, else parent-based
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         trace.set_tracer_provider(provider)

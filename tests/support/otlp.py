@@ -5,12 +5,18 @@ exporters POST to ``/v1/traces`` (``ExportTraceServiceRequest`` protobuf, gzip o
 from __future__ import annotations
 
 import gzip
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+
+from tests.support import ROOT
 
 
 @dataclass(frozen=True)
@@ -25,6 +31,11 @@ class Span:
     #: (trace id, span id) of each link, hex.
     links: list[tuple[str, str]]
     status_code: int
+    #: The exporting process (its ``process.pid`` resource attribute; 0: not given).
+    pid: int = 0
+    #: When it started and ended (ns since the epoch).
+    start: int = 0
+    end: int = 0
 
 
 def _value(v: Any) -> Any:
@@ -64,10 +75,8 @@ def otlp_receiver() -> Iterator[Receiver]:
             request = ExportTraceServiceRequest.FromString(body)
             found = []
             for resource_spans in request.resource_spans:
-                service = next(
-                    (_value(a.value) for a in resource_spans.resource.attributes if a.key == "service.name"),
-                    "",
-                )
+                resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
+                service = resource.get("service.name", "")
                 for scope in resource_spans.scope_spans:
                     for s in scope.spans:
                         found.append(
@@ -81,6 +90,9 @@ def otlp_receiver() -> Iterator[Receiver]:
                                 attributes={a.key: _value(a.value) for a in s.attributes},
                                 links=[(link.trace_id.hex(), link.span_id.hex()) for link in s.links],
                                 status_code=s.status.code,
+                                pid=int(resource.get("process.pid", 0)),
+                                start=s.start_time_unix_nano,
+                                end=s.end_time_unix_nano,
                             )
                         )
             with lock:
@@ -105,3 +117,54 @@ def otlp_receiver() -> Iterator[Receiver]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+#: The application: each argument a key; "-" before one stashes it outside any span.
+APP = """
+import sqlite3, sys
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from sluiceway import OutboxRecord, Stasher
+
+provider = TracerProvider(resource=Resource.create({"service.name": "shop"}))
+provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=sys.argv[1] + "/v1/traces")))
+trace.set_tracer_provider(provider)
+tracer = trace.get_tracer("shop")
+conn = sqlite3.connect(sys.argv[2])
+stash = Stasher().prepare(conn)
+for key in sys.argv[4:]:
+    record = OutboxRecord(sys.argv[3], key.lstrip("-"), '{"order": "%s"}' % key)
+    if key.startswith("-"):
+        stash.stash(record)
+    else:
+        with tracer.start_as_current_span("POST /orders/" + key) as span:
+            stash.stash(record)
+            carrier = {}  # the header as OpenTelemetry's own W3C propagator writes it
+            TraceContextTextMapPropagator().inject(carrier)
+            print(key, format(span.get_span_context().trace_id, "032x"),
+                  format(span.get_span_context().span_id, "016x"), carrier["traceparent"], flush=True)
+conn.commit()
+provider.shutdown()
+"""
+
+
+def stash(receiver_url: str, db: Path, topic: str, *keys: str) -> dict[str, tuple[str, str]]:
+    """Run the application; (trace id, span id) of each key's request span (and its
+    ``traceparent`` as OpenTelemetry's propagator writes it, in ``PARENTS``)."""
+    done = subprocess.run(
+        [sys.executable, "-c", APP, receiver_url, str(db), topic, *keys],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    found = {}
+    for key, trace_id, span_id, parent in (line.split() for line in done.stdout.splitlines()):
+        found[key] = (trace_id, span_id)
+        PARENTS[key] = parent
+    return found
+
+
+PARENTS: dict[str, str] = {}

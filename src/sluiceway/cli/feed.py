@@ -288,6 +288,14 @@ def worker(
     log_level: Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING, ERROR.")] = "INFO",
     log_format: Annotated[str, typer.Option("--log-format", help="text or json.")] = "text",
     metrics_addr: Annotated[str | None, typer.Option("--metrics-addr", help=METRICS_ADDR_HELP)] = None,
+    tracing: Annotated[
+        bool,
+        typer.Option(
+            "--tracing",
+            help="A span per item whose partition carries a sampled trace, exported over OTLP as the "
+            "OTEL_* variables say (needs the otel extra).",
+        ),
+    ] = _DEFAULT.tracing,
     startup_timeout: Annotated[
         str,
         typer.Option(
@@ -331,6 +339,7 @@ def worker(
             fallback_poll=fallback_poll,
             http_timeout=http_timeout,
             http_encoding=http_encoding,
+            tracing=tracing,
         )
     except FeedSettingsError as exc:  # named by the option it came from, as a usage error
         raise fail(f"--{exc.field.replace('_', '-')}: {exc.problem}", code=2) from None

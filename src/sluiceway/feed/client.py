@@ -30,6 +30,7 @@ from sluiceway.feed.model import (
 )
 from sluiceway.feed.rate import RateLimit, check_limit, rate_key
 from sluiceway.feed.store import FeedStore
+from sluiceway.tracing import trace_headers
 
 IfExists = Literal["error", "skip", "append"]
 #: A partition ready to add: name, gate, encoded items, attributes, schedule, its priority, its
@@ -151,7 +152,9 @@ class Feed:
     ) -> list[int]:
         """Create many partitions (``NewPartition`` or ``(name, items[, gate[, attributes[,
         not_before[, priority[, item_priority]]]]]])``) in one transaction, with items inserted in
-        bounded batches. All or nothing.
+        bounded batches. All or nothing. Added where an OpenTelemetry span is recording, each
+        partition's attributes also get its ``traceparent`` (and ``tracestate``), unless they
+        name their own: a worker with tracing continues that trace (:mod:`sluiceway.feed.tracing`).
 
         The batch API for bulk producers such as a pipeline sink: with ``if_exists="skip"`` a
         replayed batch is a no-op for the partitions it already created.
@@ -159,12 +162,13 @@ class Feed:
         specs = [_coerce_partition(p) for p in partitions]
         if if_exists not in ("error", "skip", "append"):
             raise FeedError(f"if_exists must be 'error', 'skip' or 'append', not {if_exists!r}")
+        trace = dict(trace_headers())  # added inside a traced request: its workers continue it
         prepared = [
             (
                 _check_name(s.name),
                 _check_gate(s.gate),
                 [encode_data(i) for i in s.items],
-                s.attributes,
+                {**trace, **s.attributes} if trace and s.attributes else (s.attributes or trace or None),
                 NotBefore.coerce(s.not_before),
                 check_priority(s.priority),
                 check_priority(s.item_priority, "item_priority"),

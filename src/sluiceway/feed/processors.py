@@ -43,6 +43,7 @@ import httpx
 from sluiceway.errors import ConfigError
 from sluiceway.feed.errors import ProcessorError
 from sluiceway.feed.model import Item, ProcessorResult, encode_data
+from sluiceway.tracing import trace_headers
 
 Processor = Callable[[Item], object]
 Encoding = Literal["base64", "text"]
@@ -243,7 +244,9 @@ class HttpProcessor:
     def _post(self, body: Mapping[str, Any]) -> bytes:
         deadline = time.monotonic() + self.timeout
         try:
-            with self._client.stream("POST", self.url, json=body) as response:
+            # Inside a worker's span (tracing on): the service continues the item's trace.
+            trace = trace_headers()
+            with self._client.stream("POST", self.url, json=body, headers=trace or None) as response:
                 if not 200 <= response.status_code < 300:
                     head = _read_limited(response, 512, deadline, self.url, truncate=True)
                     raise ProcessorError(

@@ -63,6 +63,9 @@ class FeedWorkerSettings(StrictModel):
     owner: str | None = None
     #: Create or upgrade the feed's tables at start.
     migrate: bool = True
+    #: A span per item whose partition carries a sampled trace (:mod:`sluiceway.feed.tracing`);
+    #: exported as the ``OTEL_*`` variables say. Needs the ``otel`` extra.
+    tracing: bool = False
 
     @classmethod
     def of(cls, **options: Any) -> FeedWorkerSettings:

@@ -71,6 +71,7 @@ from sluiceway.feed.settings import FeedWorkerSettings
 from sluiceway.feed.store import FeedStore, Held, table_names
 from sluiceway.feed.wakeup import WakeUps
 from sluiceway.outage import BUSY_GRACE, OUTAGE_REMINDER, WarningThrottle
+from sluiceway.tracing import require_tracing
 
 log = logging.getLogger("sluiceway.feed")
 
@@ -148,6 +149,15 @@ class _Loop:
     idle_cycles: int = 0
 
 
+def _traced(processor: Callable[[Item], object], settings: FeedWorkerSettings) -> Callable[[Item], object]:
+    """``processor``, with a span per traced item if ``settings.tracing`` (see :mod:`.tracing`)."""
+    if not settings.tracing:
+        return processor
+    from sluiceway.feed.tracing import TracedProcessor
+
+    return TracedProcessor(processor, settings.prefix)
+
+
 def default_owner() -> str:
     """A worker id unique across hosts, processes and restarts (never reused)."""
     return f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -195,11 +205,16 @@ class FeedWorker:
         self.fallback_poll = settings.fallback_poll
         # A processor given as text is built per run (an HTTP one holds a connection pool, closed
         # when the run ends); building it here once checks the spec early.
-        self._load: Callable[[], Callable[[Item], object]] = lambda: load_processor(
-            processor,
-            timeout=settings.http_timeout,
-            encoding=settings.http_encoding,
-            concurrency=settings.concurrency,
+        if settings.tracing:
+            require_tracing()  # the otel extra, before anything starts
+        self._load: Callable[[], Callable[[Item], object]] = lambda: _traced(
+            load_processor(
+                processor,
+                timeout=settings.http_timeout,
+                encoding=settings.http_encoding,
+                concurrency=settings.concurrency,
+            ),
+            settings,
         )
         self.processor = self._load()
         self.prefix = settings.prefix

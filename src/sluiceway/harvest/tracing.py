@@ -27,10 +27,7 @@ from typing import Any
 
 from sluiceway.harvest.ports import ColumnsDone, Delivery, Publisher, SendsColumns, SendsMany, is_inline
 from sluiceway.outbox.record import MarkedRecord, RecordColumns
-from sluiceway.tracing import context_of, sampled_parent
-
-#: The most links one span carries (OpenTelemetry's default span limit).
-MAX_LINKS = 128
+from sluiceway.tracing import continuing, end_span, sampled_contexts, sampled_parent
 
 
 def traced(inner: Publisher, tracer: Any, *, system: str) -> Publisher:
@@ -72,10 +69,8 @@ class TracedPublisher:
             raise
 
     def _refused(self, span: Any, exc: BaseException) -> None:
-        if span is None:
-            return
-        span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, str(exc)))
-        span.end()
+        if span is not None:
+            end_span(span, str(exc))
 
     def flush(self, timeout: float) -> int:
         return self.inner.flush(timeout)
@@ -104,22 +99,9 @@ class TracedPublisher:
     def _start(self, headers: list[Any], topics: list[str], first: MarkedRecord) -> Any:
         """A started span for the records with these ``headers`` and ``topics`` (``first``: the
         first of them, named when it is alone); ``None`` when none carries a sampled trace."""
-        sampled = []
-        seen = set()
-        for row in headers:
-            if not sampled_parent(row):
-                continue
-            found = context_of(row)
-            if found is None:
-                continue
-            if (found.trace_id, found.span_id) not in seen:
-                seen.add((found.trace_id, found.span_id))
-                sampled.append(found)
-                if len(sampled) == MAX_LINKS:
-                    break
-        if not sampled:
+        contexts = sampled_contexts(headers)
+        if not contexts:
             return None
-        trace = self._trace
         count = len(headers)
         destination = topics[0] if len(set(topics)) == 1 else "(several)"
         attributes: dict[str, Any] = {
@@ -129,17 +111,12 @@ class TracedPublisher:
             "messaging.destination.name": destination,
             "messaging.batch.message_count": count,
         }
-        context = None
-        links = []
         if count == 1:
             attributes["messaging.message.id"] = str(first.id)
             attributes["messaging.message.conversation_id"] = first.key
-            context = trace.set_span_in_context(trace.NonRecordingSpan(sampled[0]))
-        else:
-            links = [trace.Link(linked) for linked in sampled]
-        return self.tracer.start_span(
-            f"publish {destination}", context=context, kind=trace.SpanKind.PRODUCER, attributes=attributes,
-            links=links,
+        return continuing(
+            self.tracer, f"publish {destination}", contexts, records=count, kind="PRODUCER",
+            attributes=attributes,
         )  # fmt: skip
 
 
@@ -160,9 +137,8 @@ class _Ending:
             last = self.left == 0
         if last:
             if self.failures:
-                self.span.set_status(self.trace.Status(self.trace.StatusCode.ERROR, self.failures[0]))
                 self.span.set_attribute("sluiceway.failed_count", len(self.failures))
-            self.span.end()
+            end_span(self.span, self.failures[0] if self.failures else None)
 
 
 class TracedBatchPublisher(TracedPublisher):

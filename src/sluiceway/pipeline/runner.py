@@ -194,7 +194,13 @@ class Pipeline:
         spec = self.spec
         sink_spec = spec.sink(sink)
         checkpoint = str(spec.checkpoint_dir(sink))
-        handler = BatchHandler(spec.name, sink_spec, checkpoint, stopping=self._stopping)
+        tracing = None
+        if spec.tracing.enabled:
+            from sluiceway.pipeline.sinks.tracing import TraceSetup
+
+            tracing = TraceSetup.here(spec.name, spec.source.type)
+            tracing.start()  # the driver's; each task starts its own
+        handler = BatchHandler(spec.name, sink_spec, checkpoint, stopping=self._stopping, tracing=tracing)
         df = build_stream(self.spark, spec, sink, max_records=max_records, owner=self.run_id)
         batch_fn = handler
         if self.metrics is not None and not is_connect_session(self.spark):
@@ -335,6 +341,10 @@ class Pipeline:
         """
         if self.capture is not None:
             return
+        if self.spec.tracing.enabled:
+            from sluiceway.tracing import require_tracing
+
+            require_tracing()  # the otel extra, before anything is reached
         source = adapter(self.spec)
         check_checkpoint(self.spec)
         source.check(self.spec)

@@ -27,7 +27,14 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from sluiceway.config.brokers import NatsSettings, RabbitMqSettings, RedisSettings, StreamName, redact_url
 from sluiceway.config.loader import interpolate, load_yaml
 from sluiceway.config.paths import rooted, rooted_dsn
-from sluiceway.config.types import Duration, KafkaSettings, SettingText, SqlIdentifier, TableName
+from sluiceway.config.types import (
+    Duration,
+    KafkaSettings,
+    SettingText,
+    SqlIdentifier,
+    TableName,
+    TracingSettings,
+)
 from sluiceway.config.types import StrictModel as _Model
 from sluiceway.errors import ConfigError
 from sluiceway.pipeline.destinations import Place, check_places
@@ -477,6 +484,8 @@ class PipelineSpec(_Model):
     trigger: TriggerSpec = Field(default_factory=TriggerSpec)
     #: Extra Spark settings for the session ``sluice pipeline run`` builds.
     spark: dict[str, SettingText] = Field(default_factory=dict)
+    #: Spans per sink batch and per part written (:mod:`sluiceway.pipeline.sinks.tracing`).
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
 
     _ns = field_validator("namespace")(_regex)
 

@@ -24,63 +24,13 @@ from sluiceway.testing import wait_until
 from tests.support import ROOT
 from tests.support.brokers import make_place
 from tests.support.metrics import sluice_process
-from tests.support.otlp import otlp_receiver
+from tests.support.otlp import PARENTS, otlp_receiver, stash
 from tests.support.outbox import outbox_count
 
 pytestmark = pytest.mark.timeout(120)
 
 #: OTLP's SPAN_KIND_PRODUCER.
 PRODUCER = 4
-
-#: The application: each argument a key; "-" before one stashes it outside any span.
-APP = """
-import sqlite3, sys
-from opentelemetry import trace
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from sluiceway import OutboxRecord, Stasher
-
-provider = TracerProvider(resource=Resource.create({"service.name": "shop"}))
-provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=sys.argv[1] + "/v1/traces")))
-trace.set_tracer_provider(provider)
-tracer = trace.get_tracer("shop")
-conn = sqlite3.connect(sys.argv[2])
-stash = Stasher().prepare(conn)
-for key in sys.argv[4:]:
-    record = OutboxRecord(sys.argv[3], key.lstrip("-"), '{"order": "%s"}' % key)
-    if key.startswith("-"):
-        stash.stash(record)
-    else:
-        with tracer.start_as_current_span("POST /orders/" + key) as span:
-            stash.stash(record)
-            carrier = {}  # the header as OpenTelemetry's own W3C propagator writes it
-            TraceContextTextMapPropagator().inject(carrier)
-            print(key, format(span.get_span_context().trace_id, "032x"),
-                  format(span.get_span_context().span_id, "016x"), carrier["traceparent"], flush=True)
-conn.commit()
-provider.shutdown()
-"""
-
-
-def stash(receiver_url: str, db: Path, topic: str, *keys: str) -> dict[str, tuple[str, str]]:
-    """Run the application; (trace id, span id) of each key's request span (and its
-    ``traceparent`` as OpenTelemetry's propagator writes it, in ``PARENTS``)."""
-    done = subprocess.run(
-        [sys.executable, "-c", APP, receiver_url, str(db), topic, *keys],
-        capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    found = {}
-    for key, trace_id, span_id, parent in (line.split() for line in done.stdout.splitlines()):
-        found[key] = (trace_id, span_id)
-        PARENTS[key] = parent
-    return found
-
-
-PARENTS: dict[str, str] = {}
 
 
 def test_a_trace_runs_from_the_request_through_the_harvester_to_the_broker(tmp_path: Path) -> None:

@@ -42,6 +42,7 @@ from sluiceway.pipeline.sinks.kinds import Path, kind_of, make_writer
 from sluiceway.pipeline.sinks.part import PartResult, write_part
 
 if TYPE_CHECKING:
+    from sluiceway.pipeline.sinks.tracing import TraceSetup
     from sluiceway.pipeline.spec import SinkSpec
 
 #: The column that keeps a record's place in its batch through the shuffle.
@@ -64,12 +65,13 @@ RESULT_SCHEMA = pa.schema(
         pa.field("staged", pa.list_(pa.string())),
         pa.field("pid", pa.int32()),
         pa.field("jvm", pa.string()),
+        pa.field("traces", pa.list_(pa.string())),
     ]
 )
 RESULT_DDL = (
     "part INT, rows BIGINT, todo BIGINT, written BIGINT, dead BIGINT, last BIGINT, rank BIGINT, "
     "last_offset BIGINT, failed_offset BIGINT, last_good BIGINT, error STRING, paused BOOLEAN, "
-    "staged ARRAY<STRING>, pid INT, jvm STRING"
+    "staged ARRAY<STRING>, pid INT, jvm STRING, traces ARRAY<STRING>"
 )
 
 
@@ -93,6 +95,8 @@ class TaskPlan:
     skip: frozenset[int]
     #: ``step``: records each part may write (``None``: all).
     step: int | None = None
+    #: Tracing on: what the tasks' spans need (:mod:`sluiceway.pipeline.sinks.tracing`).
+    tracing: TraceSetup | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -106,7 +110,15 @@ class TaskPlan:
         table = pa.Table.from_batches(received)
         if SEQ in table.column_names:
             table = table.drop_columns([SEQ])
-        result = self.write(part, table)
+        if self.tracing is None:
+            result = self.write(part, table)
+        else:
+            from sluiceway.pipeline.sinks.tracing import traced_part
+
+            result = traced_part(
+                self.tracing, table, sink=self.sink.name, sink_kind=self.sink.type, batch=self.batch,
+                part=part, write=lambda: self.write(part, table),
+            )  # fmt: skip
         result.jvm = launching_jvm()
         yield result_batch(result)
 

@@ -4,6 +4,10 @@ The partition name comes from a template (default ``{namespace}/{key}/{offset}``
 record), and partitions are added with ``if_exists="skip"``, so a replayed batch adds nothing
 twice. ``if_exists="append"`` with a template such as ``{namespace}/{key}`` gathers a key's
 records as items of one partition instead.
+
+A record's trace (its ``traceparent`` and ``tracestate`` headers) becomes its partition's
+attributes of those names, which a worker's span continues (the feed's items have no headers of
+their own); a partition that gathers many records keeps the trace of the first that carried one.
 """
 
 from __future__ import annotations
@@ -11,10 +15,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sluiceway.errors import DatabaseRefusedError, DatabaseUnavailableError
 from sluiceway.pipeline.errors import DestinationUnreachable, one_line
 from sluiceway.pipeline.sinks.base import ClientSink
+from sluiceway.tracing import TRACEPARENT, TRACESTATE
 
 if TYPE_CHECKING:
     from sluiceway.feed import Feed
@@ -45,11 +51,15 @@ class FeedSink(ClientSink["Feed"]):
         from sluiceway.feed import NewPartition
 
         groups: dict[str, list[bytes]] = {}
-        for row in table.select(["offset", "namespace", "key", "value"]).to_pylist():
+        traces: dict[str, dict[str, str]] = {}
+        rows = table.select(["offset", "namespace", "key", "value"]).to_pylist()
+        for row, trace in zip(rows, _traces(table), strict=True):
             name = self.template.format(namespace=row["namespace"], key=row["key"], offset=row["offset"])
             groups.setdefault(name, []).append(row["value"] if row["value"] is not None else b"")
+            if trace and name not in traces:
+                traces[name] = trace
         feed.add_many(
-            [NewPartition(name, items, self.gate, None) for name, items in groups.items()],
+            [NewPartition(name, items, self.gate, traces.get(name)) for name, items in groups.items()],
             if_exists=self.if_exists,
         )
 
@@ -61,3 +71,18 @@ class FeedSink(ClientSink["Feed"]):
             # Not the records' fault: the sink waits for the database (a refusal stops it at once).
             return DestinationUnreachable(one_line(exc), permanent=isinstance(exc, DatabaseRefusedError))
         return None
+
+
+def _traces(table: pa.Table) -> list[dict[str, str]]:
+    """Each record's trace context headers (``{}``: none), read row by row only when some record
+    of the batch has one."""
+    if "headers" not in table.column_names:
+        return [{}] * table.num_rows
+    column = table.column("headers")
+    names = pc.list_flatten(column).combine_chunks().field("key") if column.num_chunks else pa.array([])
+    if not pc.any(pc.equal(names, TRACEPARENT)).as_py():
+        return [{}] * table.num_rows
+    return [
+        {k: v for k, v in ((h["key"], h["value"]) for h in headers or ()) if k in (TRACEPARENT, TRACESTATE)}
+        for headers in column.to_pylist()
+    ]

@@ -53,6 +53,7 @@ from sluiceway.pipeline.spec import FilesSinkSpec
 from sluiceway.pipeline.state import SinkState, StateStore
 
 if TYPE_CHECKING:
+    from sluiceway.pipeline.sinks.tracing import TraceSetup
     from sluiceway.pipeline.spec import SinkSpec
 
 log = logging.getLogger("sluiceway.pipeline.sink")
@@ -82,7 +83,13 @@ class BatchHandler:
     """``foreachBatch`` callable for one sink of one pipeline."""
 
     def __init__(
-        self, pipeline: str, sink: SinkSpec, checkpoint_dir: str, *, stopping: threading.Event | None = None
+        self,
+        pipeline: str,
+        sink: SinkSpec,
+        checkpoint_dir: str,
+        *,
+        stopping: threading.Event | None = None,
+        tracing: TraceSetup | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.sink = sink
@@ -92,6 +99,8 @@ class BatchHandler:
         #: Set when the run is stopping (SIGTERM): batches that have not started write nothing.
         #: The run's own event — two pipelines in one process stop independently.
         self.stopping = stopping
+        #: Tracing on: the batch's spans (:mod:`sluiceway.pipeline.sinks.tracing`).
+        self.tracing = tracing
         self._writer: SinkWriter | None = None
         self._dead: SinkWriter | None = None
 
@@ -153,13 +162,21 @@ class BatchHandler:
         """Write the batch from the executors (see the module docstring); record how it went."""
         plan, sink = self._plan(batch_id, state), self.sink
         kind = kind_of(sink)
+        span = None
+        if self.tracing is not None:
+            from sluiceway.pipeline.sinks.tracing import BatchSpan
+
+            span = BatchSpan(self.tracing, self.name, sink.type, batch_id)
+        native = False  # written by Spark itself: no task saw the records (or their traces)
         if kind.path is Path.TABLE:
             from sluiceway.pipeline.sinks.tables import write_lake
 
             results = write_lake(df, plan)
+            native = True
         elif kind.spark_writer and sink.dead_letter is None and state.step is None:
             assert isinstance(sink, FilesSinkSpec)
             results = write_parquet(df, plan, sink.path)
+            native = True
         else:
             parallelism = sink.parallelism or default_parallelism(df, kind.one_part)
             try:
@@ -173,7 +190,21 @@ class BatchHandler:
             if kind.path is Path.FILES:
                 assert isinstance(sink, FilesSinkSpec)
                 commit_files(sink.path, results)
+        if span is not None:
+            self._end_span(span, df, results, native=native)
         return self._record(batch_id, results)
+
+    @staticmethod
+    def _end_span(span: Any, df: Any, results: list[PartResult], *, native: bool) -> None:
+        """The batch's span, continuing its records' traces: those the parts reported, or where
+        Spark wrote the batch itself, those one small query finds."""
+        from sluiceway.pipeline.sinks.tracing import spark_traceparents
+
+        parents = list(dict.fromkeys(p for r in results for p in r.traces))
+        if not parents and native:
+            parents = spark_traceparents(df)
+        failed = next((r.error for r in results if r.error is not None), None)
+        span.end(parents, sum(r.rows for r in results), failed)
 
     def _spill_fault(self, df: Any, exc: Exception, batch_id: int) -> SinkFailed | None:
         """A batch's shuffle or spill files that do not fit Spark's local directory (a full disk):
@@ -227,7 +258,9 @@ class BatchHandler:
             {int(p): (v[0], int(v[1])) for p, v in state.parts.items()} if state.batch == batch_id else {}
         )
         skip = frozenset(state.skip)
-        return TaskPlan(self.pipeline, self.sink, state.run, batch_id, self.policy, resume, skip, state.step)
+        return TaskPlan(
+            self.pipeline, self.sink, state.run, batch_id, self.policy, resume, skip, state.step, self.tracing
+        )
 
     def _record(self, batch_id: int, results: list[PartResult]) -> list[PartResult]:
         """Record how the batch went in the sink's state; raise if a part stopped or paused."""

@@ -52,6 +52,9 @@ class PartResult:
     #: the driver in local mode, ``CoarseGrainedExecutorBackend`` on a cluster's executors).
     pid: int = field(default_factory=os.getpid)
     jvm: str = ""
+    #: Tracing: the sampled ``traceparent`` values of the part's records (the driver's batch span
+    #: continues them; :mod:`sluiceway.pipeline.sinks.tracing`).
+    traces: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
