@@ -225,15 +225,16 @@ def start_tracing(service: str, environment: Mapping[str, str] | None = None) ->
     configured by the ``OTEL_*`` environment variables (``service`` names it unless
     ``OTEL_SERVICE_NAME`` does), made the global provider so that libraries that trace join the
     same traces, and shut down (its last spans exported) at exit. Started once per process: a
-    second call returns the first's. ``environment``: ``OTEL_*`` variables to use where this
-    process has none of its own (:func:`otel_environment` of the process that asked for it)."""
+    second call returns the first's. ``environment``: ``OTEL_*`` variables to use when this
+    process has none of its own (:func:`otel_environment` of the process that asked for it;
+    never mixed with this process's own: an endpoint with another's headers)."""
     global _STARTED
     with _START_LOCK:
         if _STARTED is not None:
             return _STARTED
         require_tracing()
-        for name, value in (environment or {}).items():
-            os.environ.setdefault(name, value)
+        if environment and not otel_environment():  # all of theirs, or all of this process's own
+            os.environ.update(environment)
         from opentelemetry import trace
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import OTELResourceDetector, Resource

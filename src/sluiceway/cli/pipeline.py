@@ -68,6 +68,10 @@ def _pipeline(spec: Any, master: str, metrics: Any = None) -> Any:
 
     if isinstance(spec, str):
         spec = _spec(spec)
+    if spec.tracing.enabled:
+        from sluiceway.tracing import require_tracing
+
+        require_tracing()  # the otel extra, before a JVM starts
     spark = build_session(master, app_name=f"sluice-{spec.name}", conf=dict(spec.spark))
     if not master.startswith("sc://"):
         # Our runner reports each sink's failure in one line; Spark's own stack traces are noise here.

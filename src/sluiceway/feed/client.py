@@ -30,7 +30,7 @@ from sluiceway.feed.model import (
 )
 from sluiceway.feed.rate import RateLimit, check_limit, rate_key
 from sluiceway.feed.store import FeedStore
-from sluiceway.tracing import trace_headers
+from sluiceway.tracing import TRACEPARENT, trace_headers
 
 IfExists = Literal["error", "skip", "append"]
 #: A partition ready to add: name, gate, encoded items, attributes, schedule, its priority, its
@@ -168,7 +168,7 @@ class Feed:
                 _check_name(s.name),
                 _check_gate(s.gate),
                 [encode_data(i) for i in s.items],
-                {**trace, **s.attributes} if trace and s.attributes else (s.attributes or trace or None),
+                _traced(s.attributes, trace),
                 NotBefore.coerce(s.not_before),
                 check_priority(s.priority),
                 check_priority(s.item_priority, "item_priority"),
@@ -415,3 +415,11 @@ def _check_limit(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
         raise FeedError(f"page limit must be between 1 and {MAX_PAGE}, not {limit!r}")
     return limit
+
+
+def _traced(attributes: Mapping[str, Any] | None, trace: dict[str, str]) -> Mapping[str, Any] | None:
+    """A partition's attributes with the current span's trace (``trace``), unless they name a
+    trace of their own (then nothing of the span's: its ``tracestate`` is not theirs)."""
+    if not trace or (attributes and TRACEPARENT in attributes):
+        return attributes
+    return {**attributes, **trace} if attributes else trace

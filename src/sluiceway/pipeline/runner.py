@@ -164,6 +164,10 @@ class Pipeline:
         self.spec = spec
         #: A :class:`~sluiceway.pipeline.metrics.PipelineMetrics` to count each sink's batches in.
         self.metrics = metrics
+        if spec.tracing.enabled:
+            from sluiceway.tracing import require_tracing
+
+            require_tracing()  # the otel extra, before a session starts
         if spark is None:
             from sluiceway.pipeline.session import build_session
 
@@ -341,10 +345,6 @@ class Pipeline:
         """
         if self.capture is not None:
             return
-        if self.spec.tracing.enabled:
-            from sluiceway.tracing import require_tracing
-
-            require_tracing()  # the otel extra, before anything is reached
         source = adapter(self.spec)
         check_checkpoint(self.spec)
         source.check(self.spec)

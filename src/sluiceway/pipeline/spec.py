@@ -746,5 +746,9 @@ class SpecBuilder:
         self._data["spark"] = dict(conf)
         return self
 
+    def tracing(self, enabled: bool = True) -> SpecBuilder:
+        self._data["tracing"] = {"enabled": enabled}
+        return self
+
     def build(self) -> PipelineSpec:
         return PipelineSpec.from_dict(self._data, env={})

@@ -23,6 +23,7 @@ from sluiceway.outbox import init_outbox
 from sluiceway.testing import wait_until
 from tests.support import ROOT
 from tests.support.brokers import make_place
+from tests.support.journal import make_journal
 from tests.support.metrics import sluice_process
 from tests.support.otlp import PARENTS, otlp_receiver, stash
 from tests.support.outbox import outbox_count
@@ -204,7 +205,8 @@ def test_a_capture_continues_the_trace_its_trace_column_names(cdc_dsn: str, tmp_
 
 def test_tracing_without_the_otel_extra_is_one_line_before_anything_starts(tmp_path: Path) -> None:
     """An ``opentelemetry`` with no SDK or exporter in it (the extra not installed) shadows the real
-    one: ``sluice reap`` and ``sluice capture`` each say so in one line, exit 1, and create nothing."""
+    one: ``sluice reap``, ``sluice capture``, ``sluice pipeline run`` and ``sluice feed worker
+    --tracing`` each say so in one line, exit 1, and create nothing (no Spark session starts)."""
     shadow = tmp_path / "shadow" / "opentelemetry"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("")
@@ -221,8 +223,21 @@ def test_tracing_without_the_otel_extra_is_one_line_before_anything_starts(tmp_p
         "dsn": "host=127.0.0.1 port=1 user=postgres dbname=x", "tables": ["public.t"], "slot": "s1",
         "publication": "s1", "journal": {"path": str(tmp_path / "cj")}, "tracing": {"enabled": True},
     }}))  # fmt: skip
+    make_journal(tmp_path / "src", [])
+    pipeline = tmp_path / "orders.yaml"
+    pipeline.write_text(yaml.safe_dump({"pipeline": {
+        "name": "orders", "source": {"type": "journal", "path": str(tmp_path / "src")},
+        "sinks": [{"name": "copy", "type": "journal", "path": str(tmp_path / "pj")}],
+        "checkpoint": str(tmp_path / "cp"), "tracing": {"enabled": True},
+    }}))  # fmt: skip
+    work = f"sqlite:///{tmp_path / 'work.db'}"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "shadow"), str(ROOT / "src")])}
-    for args in (["reap", "-f", str(reaper)], ["capture", "-f", str(capture)]):
+    for args in (
+        ["reap", "-f", str(reaper)],
+        ["capture", "-f", str(capture)],
+        ["pipeline", "run", str(pipeline)],
+        ["feed", "worker", "--dsn", work, "--processor", "json:dumps", "--tracing"],
+    ):
         done = subprocess.run(
             [sys.executable, "-m", "sluiceway.cli.main", *args],
             capture_output=True,
@@ -237,4 +252,4 @@ def test_tracing_without_the_otel_extra_is_one_line_before_anything_starts(tmp_p
             and "pip install 'sluiceway[otel]'" in errors[0]
         )
         assert "Traceback" not in done.stderr
-    assert not (tmp_path / "j").exists() and not (tmp_path / "cj").exists()
+    assert not any((tmp_path / name).exists() for name in ("j", "cj", "pj", "cp", "work.db"))

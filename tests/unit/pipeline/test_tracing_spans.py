@@ -127,3 +127,40 @@ def test_a_worker_span_is_current_while_the_processor_runs() -> None:
     assert inside[0][0] == ("traceparent", f"00-{6:032x}-{ok.context.span_id:016x}-01")
     assert inside[1] == [] and inside[2] == []
     assert failed.status.status_code is StatusCode.ERROR and failed.status.description == "bad item"
+
+
+def test_tracing_that_cannot_start_writes_the_part_all_the_same(monkeypatch: Any, caplog: Any) -> None:
+    from sluiceway.tracing import TracingError
+
+    def missing(self: TraceSetup) -> Any:
+        raise TracingError("tracing is enabled but opentelemetry.sdk is missing")
+
+    monkeypatch.setattr(TraceSetup, "start", missing)
+    written = PartResult(0, rows=1, written=1)
+    with spans_in_memory() as exporter:
+        result = part(batch(traceparent(3)), written)
+    assert result is written and result.traces == [traceparent(3)]
+    assert exporter.get_finished_spans() == ()
+    assert "no span for part 2 of batch 7: tracing is enabled but opentelemetry.sdk" in caplog.text
+
+
+def test_a_batch_span_that_fails_is_a_warning_not_the_batch(caplog: Any) -> None:
+    from sluiceway.pipeline.sinks.handler import BatchHandler
+    from sluiceway.pipeline.spec import JournalSinkSpec
+
+    class Broken(BatchSpan):
+        def end(self, parents: Any, records: int, error: str | None) -> None:
+            raise RuntimeError("collector\nunreachable")
+
+    handler = BatchHandler("orders", JournalSinkSpec(name="copy", type="journal", path="/nowhere"), "/tmp")
+    handler._end_span(Broken(SETUP, "copy", "journal", 5), None, [PartResult(0, traces=[traceparent(1)])])
+    assert "sink copy: no span for batch 5: collector unreachable" in caplog.text
+
+
+def test_attributes_with_a_trace_of_their_own_take_nothing_from_the_span() -> None:
+    from sluiceway.feed.client import _traced
+
+    span = {"traceparent": traceparent(1), "tracestate": "span=1"}
+    assert _traced({"traceparent": "00-mine"}, span) == {"traceparent": "00-mine"}
+    assert _traced({"team": "a"}, span) == {"team": "a", **span}
+    assert _traced(None, span) == span and _traced({"team": "a"}, {}) == {"team": "a"}

@@ -66,12 +66,13 @@ RESULT_SCHEMA = pa.schema(
         pa.field("pid", pa.int32()),
         pa.field("jvm", pa.string()),
         pa.field("traces", pa.list_(pa.string())),
+        pa.field("by_spark", pa.bool_()),
     ]
 )
 RESULT_DDL = (
     "part INT, rows BIGINT, todo BIGINT, written BIGINT, dead BIGINT, last BIGINT, rank BIGINT, "
     "last_offset BIGINT, failed_offset BIGINT, last_good BIGINT, error STRING, paused BOOLEAN, "
-    "staged ARRAY<STRING>, pid INT, jvm STRING, traces ARRAY<STRING>"
+    "staged ARRAY<STRING>, pid INT, jvm STRING, traces ARRAY<STRING>, by_spark BOOLEAN"
 )
 
 
@@ -268,7 +269,7 @@ def file_result(index: int, path: str) -> PartResult:
         stats = meta.row_group(group).column(column).statistics
         if stats is not None and stats.has_min_max:
             last = stats.max if last is None else max(last, stats.max)
-    return PartResult(index, rows=rows, todo=rows, written=rows, last_offset=last)
+    return PartResult(index, rows=rows, todo=rows, written=rows, last_offset=last, by_spark=True)
 
 
 def commit_files(path: str, results: Sequence[PartResult]) -> int:

@@ -35,6 +35,7 @@ from sluiceway.pipeline.errors import (
     explain,
     file_system_fault,
     from_python_worker,
+    one_line,
 )
 from sluiceway.pipeline.failures import RetryPolicy
 from sluiceway.pipeline.sinks.base import SinkWriter
@@ -167,16 +168,13 @@ class BatchHandler:
             from sluiceway.pipeline.sinks.tracing import BatchSpan
 
             span = BatchSpan(self.tracing, self.name, sink.type, batch_id)
-        native = False  # written by Spark itself: no task saw the records (or their traces)
         if kind.path is Path.TABLE:
             from sluiceway.pipeline.sinks.tables import write_lake
 
             results = write_lake(df, plan)
-            native = True
         elif kind.spark_writer and sink.dead_letter is None and state.step is None:
             assert isinstance(sink, FilesSinkSpec)
             results = write_parquet(df, plan, sink.path)
-            native = True
         else:
             parallelism = sink.parallelism or default_parallelism(df, kind.one_part)
             try:
@@ -191,20 +189,23 @@ class BatchHandler:
                 assert isinstance(sink, FilesSinkSpec)
                 commit_files(sink.path, results)
         if span is not None:
-            self._end_span(span, df, results, native=native)
+            self._end_span(span, df, results)
         return self._record(batch_id, results)
 
-    @staticmethod
-    def _end_span(span: Any, df: Any, results: list[PartResult], *, native: bool) -> None:
+    def _end_span(self, span: Any, df: Any, results: list[PartResult]) -> None:
         """The batch's span, continuing its records' traces: those the parts reported, or where
-        Spark wrote the batch itself, those one small query finds."""
+        Spark wrote the batch itself, those one more read of the batch's headers finds. Tracing
+        never changes how a batch went: a failure of its own is a warning."""
         from sluiceway.pipeline.sinks.tracing import spark_traceparents
 
-        parents = list(dict.fromkeys(p for r in results for p in r.traces))
-        if not parents and native:
-            parents = spark_traceparents(df)
-        failed = next((r.error for r in results if r.error is not None), None)
-        span.end(parents, sum(r.rows for r in results), failed)
+        try:
+            parents = list(dict.fromkeys(p for r in results for p in r.traces))
+            if not parents and any(r.by_spark and r.written for r in results):
+                parents = spark_traceparents(df)
+            failed = next((r.error for r in results if r.error is not None), None)
+            span.end(parents, sum(r.rows for r in results), failed)
+        except Exception as exc:
+            log.warning("sink %s: no span for batch %d: %s", self.name, span.batch, one_line(exc))
 
     def _spill_fault(self, df: Any, exc: Exception, batch_id: int) -> SinkFailed | None:
         """A batch's shuffle or spill files that do not fit Spark's local directory (a full disk):

@@ -55,6 +55,8 @@ class PartResult:
     #: Tracing: the sampled ``traceparent`` values of the part's records (the driver's batch span
     #: continues them; :mod:`sluiceway.pipeline.sinks.tracing`).
     traces: list[str] = field(default_factory=list)
+    #: Written by Spark itself (its Parquet writer): no Python task saw the records.
+    by_spark: bool = False
 
     @property
     def ok(self) -> bool:

@@ -23,6 +23,7 @@ without running its exit handlers, so a part's span is exported before the task 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -49,7 +50,9 @@ if TYPE_CHECKING:
 #: The service name of the pipeline's spans, unless ``OTEL_SERVICE_NAME`` gives one.
 SERVICE = "sluice-pipeline"
 #: How long a task waits for its span to be exported before it returns (seconds).
-EXPORT_WAIT = 5.0
+EXPORT_WAIT = 2.0
+
+log = logging.getLogger("sluiceway.pipeline.sink")
 
 
 @dataclass(frozen=True)
@@ -122,35 +125,52 @@ def traced_part(
     write: Callable[[], PartResult],
 ) -> PartResult:
     """``write()`` of one part of a batch, in a ``write <sink>`` span when its records carry a
-    sampled trace; the result names those traces for the driver's span."""
+    sampled trace; the result names those traces for the driver's span. Tracing never changes
+    how the part went: a span that cannot be made or exported is a warning."""
     parents = traceparents(table)
-    if not parents:
-        return write()
-    tracing = setup.start()
-    span = continuing(
-        tracing.tracer, f"write {sink}", contexts_of(parents), records=table.num_rows, kind="PRODUCER",
-        attributes={
-            "messaging.operation.type": "send",
-            "messaging.operation.name": "write",
-            "messaging.destination.name": sink,
-            "messaging.batch.message_count": table.num_rows,
-            "sluiceway.pipeline": setup.pipeline,
-            "sluiceway.sink.kind": sink_kind,
-            "sluiceway.pipeline.batch": batch,
-            "sluiceway.pipeline.part": part,
-        },
-    )  # fmt: skip
+    span = tracing = None
+    if parents:
+        try:
+            tracing = setup.start()
+            span = continuing(
+                tracing.tracer, f"write {sink}", contexts_of(parents), records=table.num_rows,
+                kind="PRODUCER",
+                attributes={
+                    "messaging.operation.type": "send",
+                    "messaging.operation.name": "write",
+                    "messaging.destination.name": sink,
+                    "messaging.batch.message_count": table.num_rows,
+                    "sluiceway.pipeline": setup.pipeline,
+                    "sluiceway.sink.kind": sink_kind,
+                    "sluiceway.pipeline.batch": batch,
+                    "sluiceway.pipeline.part": part,
+                },
+            )  # fmt: skip
+        except Exception as exc:  # the otel extra missing on this executor, say
+            log.warning("sink %s: no span for part %d of batch %d: %s", sink, part, batch, exc)
+    if span is None or tracing is None:
+        result = write()
+        result.traces = parents
+        return result
     try:
         result = write()
     except BaseException as exc:
-        end_span(span, str(exc) or type(exc).__name__)
-        tracing.provider.force_flush(int(EXPORT_WAIT * 1000))
+        _finish(tracing, span, str(exc) or type(exc).__name__)
         raise
     span.set_attribute("sluiceway.written_count", result.written)
-    end_span(span, result.error)
-    tracing.provider.force_flush(int(EXPORT_WAIT * 1000))
+    _finish(tracing, span, result.error)
     result.traces = parents
     return result
+
+
+def _finish(tracing: Tracing, span: Any, error: str | None) -> None:
+    """End a task's span and export it before the task returns (its Python worker may end
+    without running exit handlers), waiting at most :data:`EXPORT_WAIT` for the collector."""
+    try:
+        end_span(span, error)
+        tracing.provider.force_flush(int(EXPORT_WAIT * 1000))
+    except Exception as exc:
+        log.warning("tracing: a part's span could not be exported: %s", exc)
 
 
 class BatchSpan:
