@@ -12,11 +12,11 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from tests.support import ROOT
+from tests.support.http import Quiet, serving
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def otlp_receiver() -> Iterator[Receiver]:
     lock = threading.Lock()
     receiver = Receiver("")
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(Quiet):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             if self.headers.get("Content-Encoding") == "gzip":
@@ -98,25 +98,11 @@ def otlp_receiver() -> Iterator[Receiver]:
             with lock:
                 receiver.spans.extend(found)
                 receiver.requests += 1
-            reply = ExportTraceServiceResponse().SerializeToString()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.send_header("Content-Length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
+            self.reply(200, ExportTraceServiceResponse().SerializeToString(), "application/x-protobuf")
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    receiver.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(Handler) as url:
+        receiver.url = url
         yield receiver
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 #: The application: each argument a key; "-" before one stashes it outside any span.

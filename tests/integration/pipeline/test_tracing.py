@@ -17,11 +17,9 @@ import json
 import os
 import shutil
 import signal
-import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +31,7 @@ from sluiceway.db import Database
 from sluiceway.outbox import init_outbox
 from sluiceway.testing import wait_until
 from tests.support import ROOT
+from tests.support.http import Quiet, serving
 from tests.support.metrics import sluice_process
 from tests.support.otlp import PARENTS, Receiver, Span, otlp_receiver, stash
 from tests.support.outbox import outbox_count
@@ -49,27 +48,14 @@ def processor() -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """An HTTP processor: completes each item, and keeps its body and ``traceparent`` header."""
     seen: list[dict[str, Any]] = []
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(Quiet):
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             seen.append({"item": body, "traceparent": self.headers.get("traceparent")})
-            reply = b'{"done": true}'
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
+            self.reply(200, b'{"done": true}', "application/json")
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/item", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield f"{url}/item", seen
 
 
 def run(args: list[str], log: Path, env: dict[str, str], timeout: float = 240) -> None:
