@@ -136,13 +136,16 @@ def continuing(
 ) -> Any:
     """A started span over ``records`` records that carry ``contexts`` (:func:`sampled_contexts`,
     not empty): the child of the record's span for one record, or for a batch a span of its own
-    that links to each, as OpenTelemetry's messaging conventions say. ``kind``: the
+    that links to each, as OpenTelemetry's messaging conventions say (which also say that a span
+    of one message has no ``messaging.batch.message_count``: it is left out). ``kind``: the
     ``SpanKind`` by name (``"PRODUCER"``, ``"CONSUMER"``…); ``start_time`` in ns since the epoch
     (``None``: now)."""
     api = _api()
     parent = links = None
     if records == 1:
         parent = api.set_span_in_context(api.NonRecordingSpan(contexts[0]))
+        # The conventions: a span of one message carries no batch count.
+        attributes = {k: v for k, v in attributes.items() if k != "messaging.batch.message_count"}
     else:
         links = [api.Link(context) for context in contexts]
     return tracer.start_span(
