@@ -37,6 +37,8 @@ TRACESTATE = "tracestate"
 SCOPE = "sluiceway"
 #: The most links one span carries (OpenTelemetry's default span limit).
 MAX_LINKS = 128
+#: Spans per export unless ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` says (the SDK's default is 512).
+EXPORT_BATCH = 32
 
 
 class TracingError(SluicewayError):
@@ -247,7 +249,10 @@ def start_tracing(service: str, environment: Mapping[str, str] | None = None) ->
         named = Resource.create({"service.name": service, "process.pid": os.getpid()})
         resource = named.merge(OTELResourceDetector().detect())
         provider = TracerProvider(resource=resource)  # the sampler: OTEL_TRACES_SAMPLER, else parent-based
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        # Small exports: encoding a batch holds the interpreter, and a long hold stalls the
+        # process's I/O threads far beyond its own CPU time (docs/benchmarks.md, "Tracing").
+        batch = None if "OTEL_BSP_MAX_EXPORT_BATCH_SIZE" in os.environ else EXPORT_BATCH
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(), max_export_batch_size=batch))
         trace.set_tracer_provider(provider)
         _STARTED = Tracing(provider)
         atexit.register(_STARTED.shutdown)
