@@ -26,11 +26,11 @@ class TracedProcessor:
     """``inner`` with a span per item that carries a sampled trace (see the module docstring)."""
 
     def __init__(self, inner: Callable[[Item], object], prefix: str) -> None:
+        self.tracer = start_tracing(SERVICE).tracer  # first: the otel extra missing is one line
         from opentelemetry import trace
 
         self.inner = inner
         self.prefix = prefix
-        self.tracer = start_tracing(SERVICE).tracer
         self._trace = trace
 
     def __call__(self, item: Item) -> object:

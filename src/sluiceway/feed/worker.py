@@ -71,7 +71,6 @@ from sluiceway.feed.settings import FeedWorkerSettings
 from sluiceway.feed.store import FeedStore, Held, table_names
 from sluiceway.feed.wakeup import WakeUps
 from sluiceway.outage import BUSY_GRACE, OUTAGE_REMINDER, WarningThrottle
-from sluiceway.tracing import require_tracing
 
 log = logging.getLogger("sluiceway.feed")
 
@@ -204,9 +203,8 @@ class FeedWorker:
         self.wake_ups = postgres if settings.wake_ups is None else settings.wake_ups
         self.fallback_poll = settings.fallback_poll
         # A processor given as text is built per run (an HTTP one holds a connection pool, closed
-        # when the run ends); building it here once checks the spec early.
-        if settings.tracing:
-            require_tracing()  # the otel extra, before anything starts
+        # when the run ends); building it here once checks the spec early (and, with tracing, that
+        # the otel extra is there: TracedProcessor starts the process's tracing).
         self._load: Callable[[], Callable[[Item], object]] = lambda: _traced(
             load_processor(
                 processor,

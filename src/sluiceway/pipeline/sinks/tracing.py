@@ -6,8 +6,8 @@ Stasher wrote them and the harvester or the capture passed them on):
 * **one per sink per batch, on the driver** (``process <pipeline>.<sink>``, kind ``CONSUMER``):
   from the batch's start to the moment its outcome is known; its records' traces are those the
   parts reported, or — where Spark wrote the batch without Python in the tasks (a Parquet sink
-  without a dead-letter sink, a Delta or Iceberg table written natively) — read by one small
-  query over the batch's headers;
+  without a dead-letter sink, a Delta or Iceberg table written natively) — found by one more
+  read of the batch's headers after the write;
 * **one per part written, on the executor that wrote it** (``write <sink>``, kind ``PRODUCER``):
   the sink's write of that part, failed with the destination's reason if a record stopped it.
 
@@ -17,8 +17,9 @@ conventions say. A batch whose records carry no sampled trace gets no span at al
 their headers go to the sinks unchanged.
 
 An executor may be another machine: the tasks carry the driver's ``OTEL_*`` variables
-(:class:`TraceSetup`) and use them where their own environment has none. A Python worker can end
-without running its exit handlers, so a part's span is exported before the task returns.
+(:class:`TraceSetup`) and use them when their own environment has no ``OTEL_*`` variable. A
+Python worker can end without running its exit handlers, so a part's span is exported before the
+task returns.
 """
 
 from __future__ import annotations
