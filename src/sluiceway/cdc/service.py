@@ -20,8 +20,9 @@ from typing import Any
 
 from sluiceway.cdc.capture import CaptureOptions, SlotCapture
 from sluiceway.cdc.errors import StreamInterrupted
+from sluiceway.cdc.mysql.capture import BinlogCapture, BinlogOptions, describe_position
 from sluiceway.cdc.pgoutput import format_lsn
-from sluiceway.cdc.progress import CaptureJournal, CdcStatus, read_progress
+from sluiceway.cdc.progress import CaptureJournal, CdcStatus, read_progress, table_progress
 from sluiceway.cdc.target import JournalTarget
 from sluiceway.errors import DatabaseUnavailableError
 
@@ -40,31 +41,42 @@ class CaptureService:
     """``prepare()`` (checks; one line per problem), then ``catch_up()`` or ``start()``…``close()``."""
 
     def __init__(
-        self, options: CaptureOptions, log_dir: str | Path, *, consumers: tuple[str, ...] = ()
+        self, options: CaptureOptions | BinlogOptions, log_dir: str | Path, *, consumers: tuple[str, ...] = ()
     ) -> None:
         self.options = options
         self.log_dir = Path(log_dir)
         #: The journal's readers (the pipeline's sinks): what all of them committed is released.
         self.consumers = consumers
         self.target: JournalTarget | None = None
-        self.capture: SlotCapture | None = None
+        self.capture: SlotCapture | BinlogCapture | None = None
         self._thread: threading.Thread | None = None
         #: What ended the background capture, if it failed.
         self.error: BaseException | None = None
         self._closing = threading.Event()
 
-    def prepare(self) -> SlotCapture:
+    def _capture(self, target: Any) -> SlotCapture | BinlogCapture:
+        """The capture of the options' source: a PostgreSQL slot, or a MariaDB/MySQL binlog."""
+        if isinstance(self.options, BinlogOptions):
+            return BinlogCapture(self.options, target)
+        return SlotCapture(self.options, target)
+
+    def position_text(self, position: int) -> str:
+        return (
+            describe_position(position) if isinstance(self.options, BinlogOptions) else format_lsn(position)
+        )
+
+    def prepare(self) -> SlotCapture | BinlogCapture:
         if not self.log_dir.exists():
             # Nothing is made (directory, journal, publication, slot) before every check that can
             # refuse has passed: with no log yet, the checks run first against an empty one.
-            probe = SlotCapture(self.options, _NoLogYet())
+            probe = self._capture(_NoLogYet())
             try:
                 probe.check()
             finally:
                 probe.close()
         self.log_dir.parent.mkdir(parents=True, exist_ok=True)
         self.target = JournalTarget(str(self.log_dir), consumers=self.consumers)
-        self.capture = SlotCapture(self.options, self.target)
+        self.capture = self._capture(self.target)
         try:
             self.capture.prepare()
         except BaseException:
@@ -113,7 +125,7 @@ class CaptureService:
             capture.close()
             while not self._closing.wait(delay):
                 delay = min(delay * 2, 10.0)
-                retry = SlotCapture(self.options, capture.target)
+                retry = self._capture(capture.target)
                 try:
                     retry.prepare()
                     retry.start()
@@ -125,7 +137,7 @@ class CaptureService:
                     self.error = exc
                     log.error("cdc: the capture stopped: %s", exc)
                     return
-                log.info("cdc: reconnected; capturing from %s", format_lsn(retry.position))
+                log.info("cdc: reconnected; capturing from %s", self.position_text(retry.position))
                 self.capture, delay, warned = retry, 0.5, False
                 if self._closing.is_set():  # closed while this one started
                     retry.stop()
@@ -151,18 +163,30 @@ class CaptureService:
 def describe(service: CaptureService) -> CdcStatus:
     """Per table: copy phase and progress; the slot (confirmed position, WAL it retains); the
     capture's journal (records, and the stream position it holds). Reads only."""
+    from sluiceway.cdc.mysql.server import BinlogSession
     from sluiceway.cdc.postgres import CdcSession
     from sluiceway.cdc.target import POSITION_REGISTER
     from sluiceway.journal import Journal, JournalNotFoundError
 
     options = service.options
-    session = CdcSession(options.dsn)
-    try:
-        tables, slot = read_progress(
-            session, options.state_dir, options.tables, snapshot=options.snapshot, slot=options.slot
+    slot = None
+    if isinstance(options, BinlogOptions):
+        binlog = BinlogSession(options.dsn)
+        try:
+            namespaces = [t.namespace for t in binlog.resolve_tables(options.tables)]
+        finally:
+            binlog.close()
+        tables = table_progress(
+            options.state_dir, namespaces, snapshot=options.snapshot, position=describe_position
         )
-    finally:
-        session.close()
+    else:
+        session = CdcSession(options.dsn)
+        try:
+            tables, slot = read_progress(
+                session, options.state_dir, options.tables, snapshot=options.snapshot, slot=options.slot
+            )
+        finally:
+            session.close()
     journal = None
     try:
         with Journal.open(service.log_dir, read_only=True) as log_journal:
@@ -170,12 +194,13 @@ def describe(service: CaptureService) -> CdcStatus:
             journal = CaptureJournal(
                 path=str(service.log_dir),
                 records=log_journal.head,
-                position=None if held is None else format_lsn(int(held)),
+                position=None if held is None else service.position_text(int(held)),
                 consumers=log_journal.consumers(),
             )
     except JournalNotFoundError:
         pass
-    return CdcStatus(tables, slot, journal)
+    replica = f"server id {options.server_id}" if isinstance(options, BinlogOptions) else None
+    return CdcStatus(tables, slot, journal, replica)
 
 
 class _NoLogYet:

@@ -220,7 +220,9 @@ def _print_cdc(source: CdcStatus) -> None:
         tables.add_row(t.table, t.phase, str(t.rows_copied), str(t.chunks), t.complete_at or "-")
     console.print(tables)
     slot = source.slot
-    if slot is None:
+    if source.replica is not None:
+        console.print(f"binlog: read as a replica, {source.replica}", highlight=False)
+    elif slot is None:
         console.print("slot: not created yet")
     else:
         console.print(

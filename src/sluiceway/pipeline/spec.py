@@ -156,6 +156,30 @@ class PostgresCdcSourceSpec(_Source):
         return value
 
 
+class MysqlCdcSourceSpec(_Source):
+    """Change data capture from MariaDB/MySQL's binlog: copy each table, then follow its changes
+    (docs/cdc.md, "MariaDB and MySQL")."""
+
+    type: Literal["mysql-cdc"]
+    dsn: str
+    #: Tables as ``db.table`` (or a bare name in the DSN's database), or one regular expression.
+    tables: list[str] | str
+    #: This capture's server id among the server's replicas (unique per capture).
+    server_id: int = Field(ge=1, le=4_294_967_295)
+    snapshot: Literal["initial", "never"] = "initial"
+    chunk_size: int = Field(10_000, ge=1, le=1_000_000)
+    partitions: int = Field(1, ge=1, le=256)
+
+    @field_validator("tables")
+    @classmethod
+    def _tables(cls, value: list[str] | str) -> list[str] | str:
+        if isinstance(value, str):
+            return _regex(value)
+        if not value:
+            raise ValueError("list at least one table (or give a regular expression)")
+        return value
+
+
 class NatsSourceSpec(_Source, NatsSettings):
     """A JetStream stream; offsets are stream sequences."""
 
@@ -179,6 +203,7 @@ SourceSpec = Annotated[
     | KafkaSourceSpec
     | OutboxSourceSpec
     | PostgresCdcSourceSpec
+    | MysqlCdcSourceSpec
     | NatsSourceSpec
     | RedisSourceSpec,
     Field(discriminator="type"),
@@ -610,6 +635,7 @@ _TAGS = {
     "kafka",
     "outbox",
     "postgres-cdc",
+    "mysql-cdc",
     "postgres",
     "parquet",
     "json",

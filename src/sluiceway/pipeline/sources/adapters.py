@@ -33,6 +33,7 @@ from sluiceway.pipeline.record import RECORD_SCHEMA
 from sluiceway.pipeline.spec import (
     JournalSourceSpec,
     KafkaSourceSpec,
+    MysqlCdcSourceSpec,
     NatsSourceSpec,
     OutboxSourceSpec,
     PipelineSpec,
@@ -352,15 +353,13 @@ def cdc_log_dir(spec: PipelineSpec) -> Path:
     return log_path(cdc_root(spec))
 
 
-class PostgresCdcAdapter(SourceAdapter[PostgresCdcSourceSpec]):
-    """The capture streams the slot into a journal (:mod:`sluiceway.cdc.service`); each sink
-    reads it at its own offset, as from any journal, its ops carried in a header."""
-
-    kind = "postgres-cdc"
-    spec_type = PostgresCdcSourceSpec
+class _CaptureAdapter(SourceAdapter[S]):
+    """A CDC source: its capture streams the database's changes into a journal
+    (:mod:`sluiceway.cdc.service`); each sink reads it at its own offset, as from any journal,
+    its ops carried in a header."""
 
     def read_options(self, spec: PipelineSpec, sink: str) -> tuple[str, dict[str, str]]:
-        src = self.source(spec)
+        src: Any = self.source(spec)
         return "sluice-journal", {
             "path": str(cdc_log_dir(spec)),
             "startingOffset": "0",
@@ -389,6 +388,23 @@ class PostgresCdcAdapter(SourceAdapter[PostgresCdcSourceSpec]):
 
         return describe(self.capture(spec))
 
+    def capture(self, spec: PipelineSpec) -> CaptureService:
+        """The capture (database → journal), not yet prepared."""
+        from sluiceway.cdc.service import CaptureService, state_path
+
+        readers = tuple(cdc_consumer(spec, sink.name) for sink in spec.sinks)
+        options = self.options(spec, str(state_path(cdc_root(spec))))
+        return CaptureService(options, cdc_log_dir(spec), consumers=readers)
+
+    @abstractmethod
+    def options(self, spec: PipelineSpec, state_dir: str) -> Any:
+        """The capture's options."""
+
+
+class PostgresCdcAdapter(_CaptureAdapter[PostgresCdcSourceSpec]):
+    kind = "postgres-cdc"
+    spec_type = PostgresCdcSourceSpec
+
     def slot(self, spec: PipelineSpec) -> ReplicationSlot | None:
         src = self.source(spec)
         return ReplicationSlot(src.dsn, src.slot)
@@ -409,23 +425,51 @@ class PostgresCdcAdapter(SourceAdapter[PostgresCdcSourceSpec]):
         finally:
             session.close()
 
-    def capture(self, spec: PipelineSpec) -> CaptureService:
-        """The capture (slot → journal), not yet prepared."""
+    def options(self, spec: PipelineSpec, state_dir: str) -> Any:
         from sluiceway.cdc.capture import CaptureOptions
-        from sluiceway.cdc.service import CaptureService, state_path
 
         src = self.source(spec)
-        options = CaptureOptions(
+        return CaptureOptions(
             dsn=src.dsn,
             tables=src.tables if isinstance(src.tables, str) else tuple(src.tables),
             slot=src.slot,
             publication=src.publication,
-            state_dir=str(state_path(cdc_root(spec))),
+            state_dir=state_dir,
             snapshot=src.snapshot,
             chunk_size=src.chunk_size,
         )
-        readers = tuple(cdc_consumer(spec, sink.name) for sink in spec.sinks)
-        return CaptureService(options, cdc_log_dir(spec), consumers=readers)
+
+
+class MysqlCdcAdapter(_CaptureAdapter[MysqlCdcSourceSpec]):
+    kind = "mysql-cdc"
+    spec_type = MysqlCdcSourceSpec
+
+    def check(self, spec: PipelineSpec) -> None:
+        """The binlog's settings, our grants and the tables — read-only, before Spark starts."""
+        from sluiceway.cdc.mysql.server import BinlogSession
+
+        src = self.source(spec)
+        session = BinlogSession(src.dsn)
+        try:
+            session.check_server()
+            session.resolve_tables(src.tables if isinstance(src.tables, str) else tuple(src.tables))
+        except DatabaseError as exc:
+            raise SourceError(f"pipeline.source: {error_text(exc)}") from None
+        finally:
+            session.close()
+
+    def options(self, spec: PipelineSpec, state_dir: str) -> Any:
+        from sluiceway.cdc.mysql.capture import BinlogOptions
+
+        src = self.source(spec)
+        return BinlogOptions(
+            dsn=src.dsn,
+            tables=src.tables if isinstance(src.tables, str) else tuple(src.tables),
+            server_id=src.server_id,
+            state_dir=state_dir,
+            snapshot=src.snapshot,
+            chunk_size=src.chunk_size,
+        )
 
 
 def cdc_consumer(spec: PipelineSpec, sink: str) -> str:
@@ -522,6 +566,7 @@ ADAPTERS: dict[str, SourceAdapter[Any]] = {
         KafkaAdapter(),
         OutboxAdapter(),
         PostgresCdcAdapter(),
+        MysqlCdcAdapter(),
         NatsAdapter(),
         RedisAdapter(),
     )

@@ -1,0 +1,99 @@
+"""MariaDB/MySQL column values → JSON, the same way in both phases: pure.
+
+The copy reads rows through PyMySQL and the binlog reader decodes row events into the same Python
+types, so one encoder serves both and a row reads the same whichever phase delivered it (a test
+checks each type below through both phases):
+
+==========================================  ======================================================
+MariaDB/MySQL type                          JSON value
+==========================================  ======================================================
+TINYINT … BIGINT, FLOAT, DOUBLE, DECIMAL    number (``NaN``/``±Infinity`` as strings)
+DATETIME, TIMESTAMP                         ``"2024-05-01T12:00:00.5"`` (TIMESTAMP in UTC: the
+                                            capture's sessions pin ``time_zone = '+00:00'``)
+DATE                                        ``"2024-05-01"``
+TIME                                        ``"12:00:01"`` / ``"-01:30:00.25"``
+BINARY, VARBINARY, BLOB                     ``"\\x0102ff"`` (hex, as PostgreSQL's bytea)
+CHAR, VARCHAR, TEXT, ENUM, JSON (MariaDB)   the text as a string
+SET                                         the members, comma-separated, as a string
+NULL                                        ``null``
+==========================================  ======================================================
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from json.encoder import encode_basestring
+from typing import Any
+
+
+def json_value(value: Any) -> str:
+    """One value as JSON text (see the table above)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return encode_basestring(value)
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else _NONFINITE[str(value)]
+    if isinstance(value, Decimal):
+        return str(value) if value.is_finite() else encode_basestring(str(value))
+    if isinstance(value, bytes | bytearray | memoryview):
+        return '"\\\\x' + bytes(value).hex() + '"'
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
+        return '"' + _trim(value.isoformat()) + '"'
+    if isinstance(value, dt.date):
+        return '"' + value.isoformat() + '"'
+    if isinstance(value, dt.timedelta):
+        return '"' + time_text(value) + '"'
+    if isinstance(value, set | frozenset):
+        return encode_basestring(",".join(sorted(value)))
+    if isinstance(value, dict | list):  # MySQL's binary JSON, decoded by the binlog reader
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return encode_basestring(str(value))
+
+
+def _trim(text: str) -> str:
+    """``…12:00:00.500000`` → ``…12:00:00.5`` (as PostgreSQL's JSON prints fractions)."""
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
+
+
+def time_text(value: dt.timedelta) -> str:
+    """A TIME value as MySQL prints it (hours may pass 24; negative values have a sign)."""
+    micros = value.days * 86_400_000_000 + value.seconds * 1_000_000 + value.microseconds
+    sign = "-" if micros < 0 else ""
+    micros = abs(micros)
+    seconds, fraction = divmod(micros, 1_000_000)
+    minutes, second = divmod(seconds, 60)
+    hour, minute = divmod(minutes, 60)
+    text = f"{sign}{hour:02d}:{minute:02d}:{second:02d}"
+    return text + f".{fraction:06d}".rstrip("0") if fraction else text
+
+
+def row_json(columns: Sequence[str], row: Mapping[str, Any]) -> bytes:
+    """A row as one JSON object, its columns in table order."""
+    return (
+        "{" + ",".join(f"{encode_basestring(c)}:{json_value(row.get(c))}" for c in columns) + "}"
+    ).encode()
+
+
+def key_text(values: Sequence[Any]) -> str:
+    """A record's key: one column's value as text (a string as itself, other values as their
+    JSON without quotes), several columns as a compact JSON array — the PostgreSQL capture's rule."""
+    if len(values) == 1:
+        text = json_value(values[0])
+        return str(json.loads(text)) if text.startswith('"') else text
+    return "[" + ",".join(json_value(v) for v in values) + "]"
+
+
+_NONFINITE = {"nan": '"NaN"', "inf": '"Infinity"', "-inf": '"-Infinity"'}
