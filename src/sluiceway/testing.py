@@ -455,24 +455,27 @@ class PrivateMariaDB:
     def dsn(self, database: str = "test") -> str:
         return f"mysql://root@127.0.0.1:{self.port}/{database}"
 
+    def _signal(self, signum: int, timeout: float = 60.0) -> None:
+        """Signal the server's process group (``runuser`` and ``mariadbd`` under it) and wait."""
+        import os
+
+        if self._process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._process.pid, signum)
+            self._process.wait(timeout)
+            self._process = None
+
     def kill(self) -> None:
         """``kill -9`` of the server (what a crash of its host looks like to its clients)."""
         import signal
 
-        if self._process is not None:
-            with contextlib.suppress(ProcessLookupError):
-                self._process.send_signal(signal.SIGKILL)
-            self._process.wait(30)
-            self._process = None
+        self._signal(signal.SIGKILL)
 
     def restart(self, timeout: float = 60.0, *, crash: bool = False) -> None:
         """Stop the server (cleanly, or ``kill -9`` when ``crash``) and start it on the same port."""
-        if crash:
-            self.kill()
-        elif self._process is not None:
-            self._process.terminate()
-            self._process.wait(timeout)
-            self._process = None
+        import signal
+
+        self._signal(signal.SIGKILL if crash else signal.SIGTERM, timeout)
         self._launch()
         wait_until(self._ready, timeout=timeout, message=f"MariaDB on port {self.port} to restart")
 

@@ -77,6 +77,8 @@ class Writer(threading.Thread):
         self.ops = 0
         self.restarts = 0
         self.error: BaseException | None = None
+        #: Per order id, the versions its upserts committed (what a consumer must see, in order).
+        self.committed: dict[str, list[int]] = {}
         self._version = 1_000_000
 
     def run(self) -> None:
@@ -109,11 +111,13 @@ class Writer(threading.Thread):
         rng, pick = self.rng, self.rng.random()
         with conn.cursor() as cur:
             if pick < 0.35:
+                order, version = rng.randint(1, 6_000), self._next()
                 cur.execute(
                     "INSERT INTO orders (id, version, note) VALUES (%s, %s, 'w') "
                     "ON DUPLICATE KEY UPDATE version = VALUES(version), updated = CURRENT_TIMESTAMP(6)",
-                    (rng.randint(1, 6_000), self._next()),
+                    (order, version),
                 )
+                self.committed.setdefault(str(order), []).append(version)  # autocommit: it committed
             elif pick < 0.45:
                 cur.execute("DELETE FROM orders WHERE id = %s", (rng.randint(1, 6_000),))
             elif pick < 0.5:

@@ -1,6 +1,6 @@
 """``capture.yaml``: which tables to capture, and where their changes go.
 
-One file per capture (one replication slot)::
+One file per capture (one replication slot, or one binlog reader)::
 
     capture:
       name: shop-cdc
@@ -11,6 +11,9 @@ One file per capture (one replication slot)::
       topic: "cdc.{schema}.{table}"              # or one name for every table
       kafka: {bootstrap.servers: "kafka:9092"}   # or target: {type: nats | rabbitmq | redis, …}
                                                  # or journal: {path: ./journal}
+
+MariaDB/MySQL (the binlog, read as a replica): ``dsn: mysql://…`` and ``serverId: 4201`` in place
+of ``slot`` and ``publication``.
 
 Parsing is strict, as everywhere in sluiceway: an unknown key is an error naming it.
 """
@@ -96,8 +99,11 @@ class CaptureSection(StrictModel):
     name: str = "sluiceway-capture"
     dsn: DataSourceString
     tables: list[str] | str
-    slot: str
-    publication: str
+    #: PostgreSQL: the logical replication slot and the publication (created if missing).
+    slot: str | None = None
+    publication: str | None = None
+    #: MariaDB/MySQL: this capture's server id among the server's replicas (unique per capture).
+    server_id: int | None = Field(None, alias="serverId", ge=1, le=4_294_967_295)
     #: ``initial``: copy every table first (DBLog chunks, resumable); ``never``: changes only.
     snapshot: Literal["initial", "never"] = "initial"
     chunk_size: int = Field(10_000, alias="chunkSize", ge=1, le=1_000_000)
@@ -138,13 +144,13 @@ class CaptureSection(StrictModel):
 
     @field_validator("slot")
     @classmethod
-    def _slot(cls, value: str) -> str:
-        return _pg_name(value, "slot")
+    def _slot(cls, value: str | None) -> str | None:
+        return None if value is None else _pg_name(value, "slot")
 
     @field_validator("publication")
     @classmethod
-    def _publication(cls, value: str) -> str:
-        return _pg_name(value, "publication")
+    def _publication(cls, value: str | None) -> str | None:
+        return None if value is None else _pg_name(value, "publication")
 
     @field_validator("tables")
     @classmethod
@@ -183,9 +189,31 @@ class CaptureSection(StrictModel):
             raise ValueError("kafka: needs bootstrap.servers")
         if self.election.kind == "kafka" and self.kafka is None:
             raise ValueError("election.kind 'kafka' needs a kafka: destination")
+        if self.binlog:
+            if self.server_id is None or self.slot is not None or self.publication is not None:
+                raise ValueError(
+                    "a MariaDB/MySQL capture reads the binlog as a replica: give serverId (unique among "
+                    "the server's replicas), not slot or publication"
+                )
+        elif self.slot is None or self.publication is None or self.server_id is not None:
+            raise ValueError(
+                "a PostgreSQL capture needs slot and publication (serverId is for MariaDB/MySQL)"
+            )
         return self
 
     # -- derived ----------------------------------------------------------------------------
+    @property
+    def binlog(self) -> bool:
+        """Whether the database is MariaDB/MySQL (its binlog is read), not PostgreSQL (a slot)."""
+        from sluiceway.db.dsn import Dialect, parse_dsn
+
+        return parse_dsn(self.dsn).dialect is Dialect.MYSQL
+
+    @property
+    def stream_name(self) -> str:
+        """What names this capture's stream: the slot, or ``server<serverId>`` for a binlog."""
+        return self.slot if self.slot is not None else f"server{self.server_id}"
+
     @property
     def table_list(self) -> tuple[str, ...] | str:
         return self.tables if isinstance(self.tables, str) else tuple(self.tables)
@@ -209,7 +237,7 @@ class CaptureSection(StrictModel):
 
     @property
     def election_name(self) -> str:
-        return self.election.name or f"capture.{self.slot}"
+        return self.election.name or f"capture.{self.stream_name}"
 
     @property
     def lease_table(self) -> str:
@@ -218,7 +246,7 @@ class CaptureSection(StrictModel):
 
     @property
     def state_path(self) -> str:
-        return self.state_dir or f"./.sluice/capture/{self.slot}"
+        return self.state_dir or f"./.sluice/capture/{self.stream_name}"
 
 
 class CaptureConfig(StrictModel):

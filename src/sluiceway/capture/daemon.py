@@ -31,6 +31,8 @@ from sluiceway.capture.publishing import Wrapper, open_target
 from sluiceway.capture.target import DeliveryFailed, PublishTarget
 from sluiceway.cdc.capture import CaptureOptions, SlotCapture
 from sluiceway.cdc.errors import SlotInUseError, StreamInterrupted
+from sluiceway.cdc.mysql.capture import BinlogCapture, BinlogOptions, describe_position
+from sluiceway.cdc.mysql.server import BinlogSession
 from sluiceway.cdc.pgoutput import format_lsn
 from sluiceway.cdc.postgres import CdcSession, TableSpec
 from sluiceway.db.dsn import parse_dsn
@@ -85,20 +87,33 @@ class Capture(Elected):
         self.config = config
         c = config.capture
         self.name = c.name
-        self.options = CaptureOptions(
-            dsn=c.dsn,
-            tables=c.table_list,
-            slot=c.slot,
-            publication=c.publication,
-            state_dir=c.state_path,
-            snapshot=c.snapshot,
-            chunk_size=c.chunk_size,
-        )
+        self.options: CaptureOptions | BinlogOptions
+        if c.binlog:
+            assert c.server_id is not None  # the configuration's check
+            self.options = BinlogOptions(
+                dsn=c.dsn,
+                tables=c.table_list,
+                server_id=c.server_id,
+                state_dir=c.state_path,
+                snapshot=c.snapshot,
+                chunk_size=c.chunk_size,
+            )
+        else:
+            assert c.slot is not None and c.publication is not None
+            self.options = CaptureOptions(
+                dsn=c.dsn,
+                tables=c.table_list,
+                slot=c.slot,
+                publication=c.publication,
+                state_dir=c.state_path,
+                snapshot=c.snapshot,
+                chunk_size=c.chunk_size,
+            )
         self.meter = CaptureMeter(c.name, c.destination)
         self.election = election or self._default_election()
         self._publisher_factory = publisher_factory
         self._wrap = wrap
-        self._slot: SlotCapture | None = None
+        self._slot: SlotCapture | BinlogCapture | None = None
         #: Terms begun (a test and ``status`` read it).
         self.terms = 0
 
@@ -155,6 +170,14 @@ class Capture(Elected):
             wait_for_start(self.election.check, what=server, timeout=timeout, credentials="dsn")
 
     def _check_database(self, seconds: float) -> None:
+        if isinstance(self.options, BinlogOptions):
+            binlog = BinlogSession(self.options.dsn)
+            try:
+                binlog.check_server()
+                binlog.resolve_tables(self.options.tables)
+            finally:
+                binlog.close()
+            return
         session = CdcSession(self.options.dsn, connect_timeout=seconds)
         try:
             user = session.check_server()
@@ -230,7 +253,13 @@ class Capture(Elected):
                 publisher_factory=self._publisher_factory,
                 wrap=self._wrap,
             )
-        slot = SlotCapture(self.options, target)
+        slot: SlotCapture | BinlogCapture
+        if isinstance(self.options, BinlogOptions):
+            slot = BinlogCapture(self.options, target)
+            where: Callable[[int], str] = describe_position
+        else:
+            slot = SlotCapture(self.options, target)
+            where = format_lsn
         target.on_durable = slot.durable_at
         self._slot = slot
         try:
@@ -241,11 +270,11 @@ class Capture(Elected):
                 raise DatabaseUnavailableError(str(exc)) from exc
             self.meter.leader(True)
             log.info(
-                "capture %s %s: slot %s from %s to %s",
+                "capture %s %s: %s from %s to %s",
                 self.name,
                 "resumed" if recovering else "leading",
-                c.slot,
-                format_lsn(slot.position),
+                f"slot {c.slot}" if c.slot else f"the binlog as replica {c.server_id}",
+                where(slot.position),
                 c.describe_destination(),
             )
             slot.run(until=self._until(slot, target))
@@ -255,7 +284,9 @@ class Capture(Elected):
             slot.close()
             target.close()
 
-    def _until(self, slot: SlotCapture, target: PublishTarget | ProcessTarget) -> Callable[[], bool]:
+    def _until(
+        self, slot: SlotCapture | BinlogCapture, target: PublishTarget | ProcessTarget
+    ) -> Callable[[], bool]:
         """The capture's stop test, called between appends; also where the meter reads positions."""
         read_at = [0.0]
 

@@ -8,6 +8,11 @@ A change's message::
                         "commit_time": "2026-11-27T01:02:03.456789+00:00", "mode": "sync"}}
     headers pg.lsn, pg.xid, sluice.mode, sluice.op (as the pipeline's CDC records), sluice-id
 
+From MariaDB/MySQL, ``source`` is ``{"table": "shop.orders", "gtid": "0-1-42", "file":
+"binlog.000003", "pos": 1234, "commit_time": …, "mode": …}`` (where the transaction ends in the
+binlog), the headers ``mysql.gtid``, ``mysql.file``, ``mysql.pos``, and ``before`` is always the
+old row (the binlog's full image).
+
 ``after`` is null for deletes and truncates (a truncate's key is empty); ``before`` is the old
 row of an update or delete where the server sends it whole (``REPLICA IDENTITY FULL``), else null.
 ``mode`` is ``copy`` for rows of the initial copy. ``sluice-id`` is the change's place in the stream — its
@@ -21,10 +26,13 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sluiceway.cdc.mysql.assemble import BEFORE_HEADER as BINLOG_BEFORE
+from sluiceway.cdc.mysql.assemble import FILE_HEADER, GTID_HEADER, POS_HEADER
 from sluiceway.cdc.records import BEFORE_HEADER
 from sluiceway.harvest.sequence import SLUICE_ID
 from sluiceway.journal.record import OP_HEADER
@@ -32,7 +40,9 @@ from sluiceway.outbox.record import MarkedRecord, RecordColumns
 from sluiceway.tracing import TRACEPARENT
 
 #: The headers every record of a transaction (or copied chunk) has; others are a row's own.
-_SHARED = frozenset({"pg.lsn", "pg.xid", "sluice.mode"})
+_SHARED = frozenset({"pg.lsn", "pg.xid", GTID_HEADER, FILE_HEADER, POS_HEADER, "sluice.mode"})
+#: A change's old row, as the PostgreSQL and the MariaDB/MySQL captures carry it.
+_BEFORES = frozenset({BEFORE_HEADER, BINLOG_BEFORE})
 #: Room for the changes of one transaction in a sequence id (``commit LSN << 32 | index``).
 INDEX_BITS = 32
 
@@ -121,8 +131,8 @@ def to_columns(
             row_base = shared[op] = [*base, _OP_HEADERS.get(op) or (OP_HEADER, op)]
         if end - start != len(base):  # headers of its own (pg.before, pg.unchanged-toast)
             row = list(zip(*headers_of(start, end), strict=True))
-            own = [v for k, v in row if k == BEFORE_HEADER]
-            row_base = [*(p for p in row if p[0] != BEFORE_HEADER), _OP_HEADERS.get(op) or (OP_HEADER, op)]
+            own = [v for k, v in row if k in _BEFORES]
+            row_base = [*(p for p in row if p[0] not in _BEFORES), _OP_HEADERS.get(op) or (OP_HEADER, op)]
             if own:
                 before = own[0].encode()
         value = values[i]
@@ -191,13 +201,26 @@ def _source(
     found = dict(zip(names, texts, strict=True))
     created = None if micros is None else datetime.fromtimestamp(micros / 1e6, tz=UTC)
     xid = found.get("pg.xid")
-    source = {
-        "table": namespace,
-        "lsn": found.get("pg.lsn"),
-        "xid": None if xid is None else int(xid),
-        "commit_time": None if created is None else created.isoformat(),
-        "mode": found.get("sluice.mode", "sync"),
-    }
+    commit_time = None if created is None else created.isoformat()
+    source: dict[str, Any]
+    if FILE_HEADER in found:  # MariaDB/MySQL: the binlog's GTID and file/offset
+        pos = found.get(POS_HEADER)
+        source = {
+            "table": namespace,
+            "gtid": found.get(GTID_HEADER) or None,
+            "file": found[FILE_HEADER],
+            "pos": None if pos is None else int(pos),
+            "commit_time": commit_time,
+            "mode": found.get("sluice.mode", "sync"),
+        }
+    else:
+        source = {
+            "table": namespace,
+            "lsn": found.get("pg.lsn"),
+            "xid": None if xid is None else int(xid),
+            "commit_time": commit_time,
+            "mode": found.get("sluice.mode", "sync"),
+        }
     text = json.dumps(source, separators=(",", ":"), ensure_ascii=False).encode()
     shared = [(k, v) for k, v in zip(names, texts, strict=True) if k in _SHARED]
     return text, created, shared, topics(namespace)

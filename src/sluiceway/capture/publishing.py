@@ -36,7 +36,7 @@ def open_publisher(c: CaptureSection, epoch: int, may_send: Callable[[], bool]) 
     if c.target is not None:
         from sluiceway.harvest.brokers import BrokerPublisher
 
-        prefix = c.target.msg_id_prefix or msg_id_prefix(c.dsn, c.slot)
+        prefix = c.target.msg_id_prefix or msg_id_prefix(c.dsn, c.stream_name)
         # A refusal (RabbitMQ's unroutable, with mandatory) is final: the capture stops on it,
         # or, with a dead letter destination, sends it there and goes on with the key's next.
         refused: Literal["pass", "stop"] = "pass" if c.dead_letter is not None else "stop"
@@ -47,7 +47,7 @@ def open_publisher(c: CaptureSection, epoch: int, may_send: Callable[[], bool]) 
         return JournalPublisher(
             c.journal.path,
             epoch=epoch,
-            register=f"sluiceway.capture.{c.slot}.epoch",
+            register=f"sluiceway.capture.{c.stream_name}.epoch",
             segment_bytes=c.journal.segment_bytes,
             fsync=c.journal.fsync,
         )
@@ -72,7 +72,7 @@ def open_dead_letter(c: CaptureSection, publisher: Publisher, epoch: int) -> Dea
         letters = JournalPublisher(
             journal.path,
             epoch=epoch,
-            register=f"sluiceway.capture.{c.slot}.dead-letters.epoch",
+            register=f"sluiceway.capture.{c.stream_name}.dead-letters.epoch",
             segment_bytes=journal.segment_bytes,
             fsync=journal.fsync,
         )

@@ -79,8 +79,9 @@ def _run(file: Path, metrics_addr: str | None, log_format: str) -> None:
 
     def started() -> None:
         log.info(
-            "capture %s started (slot %s, election %s, publishing to %s)",
-            c.name, c.slot, c.election.kind, c.describe_destination(),
+            "capture %s started (%s, election %s, publishing to %s)",
+            c.name, f"slot {c.slot}" if c.slot else f"binlog replica {c.server_id}", c.election.kind,
+            c.describe_destination(),
         )  # fmt: skip
 
     tune_collector()

@@ -17,12 +17,14 @@ from pathlib import Path
 from sluiceway.capture import CaptureConfig
 from sluiceway.capture.refusals import RefusalLog
 from sluiceway.capture.target import PositionFile
+from sluiceway.cdc.mysql.capture import describe_position
+from sluiceway.cdc.mysql.server import BinlogSession
 from sluiceway.cdc.pgoutput import format_lsn
 from sluiceway.cdc.postgres import CdcSession
-from sluiceway.cdc.progress import read_progress
+from sluiceway.cdc.progress import read_progress, table_progress
 from sluiceway.db import Database
 from sluiceway.overview.leases import leader_of
-from sluiceway.overview.report import CaptureEntry, CaptureRefusals, Election
+from sluiceway.overview.report import BINLOG_READER, CaptureEntry, CaptureRefusals, Election
 
 
 def capture_settings(config: CaptureConfig, path: str) -> CaptureEntry:
@@ -32,7 +34,7 @@ def capture_settings(config: CaptureConfig, path: str) -> CaptureEntry:
         name=c.name,
         file=path,
         destination=c.describe_destination(),
-        slot_name=c.slot,
+        slot_name=c.slot if c.slot is not None else f"{BINLOG_READER}{c.server_id}",
         election=Election(c.election.kind, c.election_name),
         state_dir=c.state_path,
     )
@@ -41,11 +43,23 @@ def capture_settings(config: CaptureConfig, path: str) -> CaptureEntry:
 def capture_status(config: CaptureConfig, path: str) -> CaptureEntry:
     """The figures of ``sluice status`` for one capture (see docs/operations.md for each field)."""
     c = config.capture
-    session = CdcSession(c.dsn)
-    try:
-        tables, slot = read_progress(session, c.state_path, c.table_list, snapshot=c.snapshot, slot=c.slot)
-    finally:
-        session.close()
+    if c.binlog:
+        binlog = BinlogSession(c.dsn)
+        try:
+            namespaces = [t.namespace for t in binlog.resolve_tables(c.table_list)]
+        finally:
+            binlog.close()
+        tables = table_progress(c.state_path, namespaces, snapshot=c.snapshot, position=describe_position)
+        slot = None  # a binlog reader holds nothing on the server
+    else:
+        assert c.slot is not None
+        session = CdcSession(c.dsn)
+        try:
+            tables, slot = read_progress(
+                session, c.state_path, c.table_list, snapshot=c.snapshot, slot=c.slot
+            )
+        finally:
+            session.close()
     leader = None
     if c.election.kind == "database":  # NELI (kafka) has no row to read
         with Database(c.dsn, read_only=True) as db:

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import TypeVar
 
 from sluiceway.overview.report import (
+    BINLOG_READER,
     KINDS,
     CaptureEntry,
     Entry,
@@ -95,7 +96,8 @@ def capture_problems(entry: CaptureEntry, checks: Checks) -> list[str]:
     problems = []
     slot = entry.slot
     if slot is None:
-        problems.append(f"slot {entry.slot_name} does not exist: has the capture run?")
+        if not (entry.slot_name or "").startswith(BINLOG_READER):
+            problems.append(f"slot {entry.slot_name} does not exist: has the capture run?")
     elif checks.cdc_lag_bytes is not None and slot.wal_retained_bytes > checks.cdc_lag_bytes:
         problems.append(
             f"slot {slot.slot} retains {slot.wal_retained_bytes} bytes of WAL "

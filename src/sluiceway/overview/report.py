@@ -176,10 +176,15 @@ class CaptureRefusals:
     dead_lettered: int
 
 
+#: How a MariaDB/MySQL capture's ``slot_name`` begins: it reads the binlog and holds no slot.
+BINLOG_READER = "binlog replica "
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CaptureEntry(Entry):
     file: str | None = None
     destination: str | None = None
+    #: The replication slot, or ``binlog replica <serverId>`` (:data:`BINLOG_READER`).
     slot_name: str | None = None
     election: Election | None = None
     state_dir: str | None = None

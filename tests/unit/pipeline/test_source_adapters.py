@@ -49,6 +49,13 @@ SOURCES: dict[str, dict[str, Any]] = {
         "publication": "p1",
         "partitions": 2,
     },
+    "mysql-cdc": {
+        "type": "mysql-cdc",
+        "dsn": "mysql://root@db:3306/shop",
+        "tables": ["orders"],
+        "server_id": 4201,
+        "partitions": 3,
+    },
     "nats": {
         "type": "nats",
         "servers": ["nats://n1:4222", "nats://n2:4222"],
@@ -81,7 +88,7 @@ def source_kinds() -> set[str]:
 
 def test_every_source_type_in_the_spec_has_an_adapter_for_its_spec_class() -> None:
     kinds = source_kinds()
-    assert len(kinds) == 6
+    assert len(kinds) == 7
     assert set(ADAPTERS) == kinds
     union = typing.get_args(typing.get_args(SourceSpec)[0])
     for member in union:
@@ -115,6 +122,18 @@ def test_every_source_type_in_the_spec_has_an_adapter_for_its_spec_class() -> No
                 "strict": "true",
                 "headerOps": "true",
                 "minPartitions": "2",
+            },
+        ),
+        (
+            "mysql-cdc",
+            "sluice-journal",
+            {
+                "path": "/cp/_cdc/log",
+                "startingOffset": "0",
+                "consumer": "p.out",
+                "strict": "true",
+                "headerOps": "true",
+                "minPartitions": "3",
             },
         ),
         (
@@ -157,6 +176,11 @@ def test_only_cdc_has_a_slot_a_capture_and_a_source_status() -> None:
         if kind == "postgres-cdc":
             assert source.slot(spec) == ReplicationSlot("postgresql://db/app", "s1")
             assert cdc_log_dir(spec) == Path("/cp/_cdc/log")
+        elif kind == "mysql-cdc":  # a capture into the same journal, but a binlog holds no slot
+            assert source.slot(spec) is None
+            service = source.capture(spec)
+            assert service is not None and service.options.server_id == 4201  # type: ignore[union-attr]
+            assert service.log_dir == cdc_log_dir(spec) == Path("/cp/_cdc/log")
         else:
             assert source.slot(spec) is None
             assert source.capture(spec) is None

@@ -174,6 +174,11 @@ class BinlogReader:
                 if isinstance(event, rotate):
                     file = event.next_binlog
                     number = int(file.rpartition(".")[2])
+                    # Table ids are the server's in-memory numbers: after a restart the same id may
+                    # name another table. The library forgets its map only on a rotate the old
+                    # server wrote, which a clean shutdown does not (it ends the file with a stop
+                    # event), so a table filtered out here would be decoded with a stale layout.
+                    self._stream.table_map = {}
                     continue
                 if isinstance(event, mariadb_gtid):
                     gtid, changes, mark = event.gtid, [], None
