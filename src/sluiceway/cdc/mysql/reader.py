@@ -31,12 +31,14 @@ from typing import Any
 from sluiceway.cdc.errors import CdcError, StreamInterrupted
 from sluiceway.cdc.mysql.assemble import Change, Unit, position, split_position
 from sluiceway.cdc.mysql.server import WATERMARKS, BinlogTable
-from sluiceway.cdc.mysql.values import key_text, row_json
+from sluiceway.cdc.mysql.values import binlog_time, key_text, row_json
 from sluiceway.cdc.watermark import Watermark
 
 log = logging.getLogger("sluiceway.cdc")
 
 _TRUNCATE = re.compile(r"^\s*TRUNCATE\s+(?:TABLE\s+)?(?:`?([^`.\s]+)`?\.)?`?([^`\s;]+)`?", re.IGNORECASE)
+#: The binlog's column type of TIME with fractional seconds (MySQL 5.6+, MariaDB 10.1+).
+_TIME2 = 19
 #: MariaDB's GTID event flag for a statement with no COMMIT/XID after it (DDL).
 _STANDALONE = 1
 
@@ -247,6 +249,9 @@ class BinlogReader:
         table = self.options.tables[namespace]
         names = [c.name for c in event.columns]
         self._check_types(namespace, event)
+        times = [c.name for c in event.columns if c.type == _TIME2]
+        if times:
+            _fix_times(event.rows, times)
         key = table.key
         if isinstance(event, write_event):
             for row in event.rows:
@@ -298,6 +303,19 @@ class BinlogReader:
         namespace = f"{schema}.{found.group(2)}"
         if namespace in self.options.tables:
             out.append(Change(namespace, "truncate", None))
+
+
+def _fix_times(rows: list[dict[str, Any]], columns: list[str]) -> None:
+    """Negative fractional TIME values as the server has them (:func:`~.values.binlog_time`)."""
+    for row in rows:
+        for image in ("values", "before_values", "after_values"):
+            values = row.get(image)
+            if values is None:
+                continue
+            for name in columns:
+                value = values.get(name)
+                if value is not None:
+                    values[name] = binlog_time(value)
 
 
 def _stream_error(exc: BaseException) -> BaseException:

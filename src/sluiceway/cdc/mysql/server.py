@@ -21,7 +21,7 @@ import pyarrow as pa
 from sluiceway.cdc.errors import CdcError
 from sluiceway.cdc.model import Snapshot
 from sluiceway.cdc.mysql.assemble import position
-from sluiceway.cdc.mysql.values import json_value, key_text, row_json
+from sluiceway.cdc.mysql.values import json_value, key_text, parse_time, row_json
 from sluiceway.db.connection import map_db_error
 from sluiceway.db.dsn import Dialect, parse_dsn
 
@@ -256,7 +256,9 @@ class BinlogSession:
         """The next ``size`` rows of ``table`` after the key ``after`` (key order)."""
         names = [c for c, _t in table.columns]
         types = dict(table.columns)
-        select = ", ".join(quote(c) for c in names)
+        # TIME as text, parsed here (PyMySQL decodes a negative TIME with a fraction wrongly).
+        times = [i for i, (_c, t) in enumerate(table.columns) if t == "time"]
+        select = ", ".join(f"CAST({quote(c)} AS CHAR)" if types[c] == "time" else quote(c) for c in names)
         keys = ", ".join(quote(k) for k in table.key)
         where, args = "", None
         if after:
@@ -266,6 +268,11 @@ class BinlogSession:
         rows = self.rows(
             f"SELECT {select} FROM {table.sql_name} {where} ORDER BY {keys} LIMIT %s", [*(args or []), size]
         )
+        if times:
+            rows = [
+                tuple(parse_time(v) if i in times and v is not None else v for i, v in enumerate(row))
+                for row in rows
+            ]
         at = [names.index(k) for k in table.key]
         key_texts = [key_text([row[i] for i in at]) for row in rows]
         values = [row_json(names, dict(zip(names, row, strict=True))) for row in rows]

@@ -80,6 +80,31 @@ def time_text(value: dt.timedelta) -> str:
     return text + f".{fraction:06d}".rstrip("0") if fraction else text
 
 
+def parse_time(text: str) -> dt.timedelta:
+    """A TIME value as the server prints it (``-01:30:00.25``), as the binlog reader decodes it.
+    (PyMySQL's own conversion gets a negative value with a fraction wrong.)"""
+    sign = -1 if text.startswith("-") else 1
+    hours, minutes, seconds = text.lstrip("-").split(":")
+    whole, _, fraction = seconds.partition(".")
+    micros = int((fraction + "000000")[:6]) if fraction else 0
+    total = ((int(hours) * 60 + int(minutes)) * 60 + int(whole)) * 1_000_000 + micros
+    return dt.timedelta(microseconds=sign * total)
+
+
+def binlog_time(value: dt.timedelta) -> dt.timedelta:
+    """A negative TIME with a fraction as python-mysql-replication decodes it, put right.
+
+    The binlog packs a TIME's whole and fractional parts as one two's-complement number; the
+    library negates the whole part alone, so ``-01:30:00.25`` comes out as ``-01:30:00.75``:
+    the whole seconds are right and the fraction is its complement (checked for every fsp against
+    the server's own text, tests/integration/cdc/test_mysql_values.py)."""
+    micros = value // dt.timedelta(microseconds=1)
+    if micros >= 0 or not (-micros) % 1_000_000:
+        return value
+    whole, fraction = divmod(-micros, 1_000_000)
+    return -dt.timedelta(microseconds=whole * 1_000_000 + (1_000_000 - fraction))
+
+
 def row_json(columns: Sequence[str], row: Mapping[str, Any]) -> bytes:
     """A row as one JSON object, its columns in table order."""
     return (
