@@ -24,6 +24,8 @@ is a private PostgreSQL (wal_level = logical) started for the run, on this host.
                                   [--rate 5000] [--seconds 10]
 
 Prints a table, then one JSON line: {"bench": "cdc", "capture_ratio_unix": …, …}.
+
+``--source mariadb`` runs the MariaDB/MySQL capture's bench instead (``bench/cdc_mariadb.py``).
 """
 
 from __future__ import annotations
@@ -337,7 +339,15 @@ def main() -> None:
     parser.add_argument(
         "--pipeline-rate", type=int, default=500, help="latency through a pipeline sink (0: skip; Spark)"
     )
+    parser.add_argument(
+        "--source", choices=("postgres", "mariadb"), default="postgres", help="mariadb: bench/cdc_mariadb.py"
+    )
     args = parser.parse_args()
+    if args.source == "mariadb":
+        import cdc_mariadb
+
+        cdc_mariadb.run(args)
+        return
 
     work_root = tempfile.mkdtemp(prefix="sluice-bench-cdc-")
     settings = {"wal_level": "logical", "max_replication_slots": "20", "shared_buffers": "'256MB'"}
