@@ -68,6 +68,23 @@ class Assembly:
     completed: dict[str, int]
 
 
+def _header_column(headers: list[list[tuple[str, str]]]) -> pa.Array:
+    """Each record's headers as the journal's list of (key, value) structs, built from flat
+    columns (the records of a transaction share one list: no object per record)."""
+    offsets = [0]
+    names: list[str] = []
+    texts: list[str] = []
+    for pairs in headers:
+        for name, text in pairs:
+            names.append(name)
+            texts.append(text)
+        offsets.append(len(names))
+    pairs_array = pa.StructArray.from_arrays(
+        [pa.array(names, pa.string()), pa.array(texts, pa.string())], fields=list(_HEADERS.value_type)
+    )
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pairs_array, type=_HEADERS)
+
+
 def position(file_number: int, pos: int) -> int:
     """A binlog position as one growing number: the file's sequence number, then the offset in it
     (binlog files are far below 4 GiB, the offset's 32 bits)."""
@@ -183,7 +200,7 @@ def assemble(
             pa.array(ops, pa.string()),
             pa.array(keys, pa.string()),
             pa.array(values, pa.binary()),
-            pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], _HEADERS),
+            _header_column(headers),
             pa.array(times, pa.int64()).cast(_TIMESTAMP),
         ],
         schema=ARROW_SCHEMA,

@@ -107,9 +107,18 @@ def binlog_time(value: dt.timedelta) -> dt.timedelta:
 
 def row_json(columns: Sequence[str], row: Mapping[str, Any]) -> bytes:
     """A row as one JSON object, its columns in table order."""
-    return (
-        "{" + ",".join(f"{encode_basestring(c)}:{json_value(row.get(c))}" for c in columns) + "}"
-    ).encode()
+    return ("{" + ",".join([_name(c) + json_value(row.get(c)) for c in columns]) + "}").encode()
+
+
+_NAMES: dict[str, str] = {}
+
+
+def _name(column: str) -> str:
+    """``"column":``, made once per column name."""
+    found = _NAMES.get(column)
+    if found is None:
+        found = _NAMES[column] = encode_basestring(column) + ":"
+    return found
 
 
 def key_text(values: Sequence[Any]) -> str:
