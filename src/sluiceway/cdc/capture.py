@@ -37,11 +37,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import pyarrow as pa
-
 from sluiceway.cdc.assemble import assemble
 from sluiceway.cdc.copier import copy_tables
 from sluiceway.cdc.errors import CdcError, LostChangesError, SlotInUseError, StreamInterrupted
+from sluiceway.cdc.lifecycle import CaptureLife
 from sluiceway.cdc.model import Row, TableInfo
 from sluiceway.cdc.pgoutput import BEGIN, COMMIT, MESSAGE, RELATION, Commit, Message, decode, format_lsn
 from sluiceway.cdc.postgres import (
@@ -111,7 +110,7 @@ class _Unit:
 
 
 @dataclass
-class SlotCapture:
+class SlotCapture(CaptureLife):
     """Streams ``options.slot`` into ``target``. ``run()`` until stopped, or ``catch_up()``.
 
     >>> capture = SlotCapture(options, JournalTarget("./data/cdc"))      # doctest: +SKIP
@@ -224,15 +223,6 @@ class SlotCapture:
         else:
             self.copy_done.set()
 
-    @property
-    def stopped(self) -> bool:
-        return self._stop.is_set()
-
-    def stop(self) -> None:
-        self._stop.set()
-        with self._moved:
-            self._moved.notify_all()
-
     def close(self) -> None:
         self.stop()
         if self._copier is not None:
@@ -339,26 +329,10 @@ class SlotCapture:
         lies before it that is not in the log)."""
         self._hold(empty_batch(), position)
 
-    def _hold(self, batch: pa.RecordBatch, end: int) -> None:
-        """Append ``batch``, the log now complete up to ``end``; once the target holds it durably,
-        let the server release the WAL before ``end`` (:meth:`durable_at`)."""
-        self.target.append(batch, end)
-        if not getattr(self.target, "pipelined", False):
-            self.durable_at(end)
-        with self._moved:
-            self.position = end
-            self._moved.notify_all()
-
-    def durable_at(self, position: int) -> None:
-        """The target holds everything before ``position`` durably: confirm it to the server, and
-        wake whoever waits for it (a pipelined target calls this from its own threads, in order)."""
+    def _confirm(self, position: int) -> None:
         stream = self._stream  # close() may clear it meanwhile: a pipelined target reports from its threads
         if stream is not None:
             stream.confirm(position)
-        with self._moved:
-            if position > self.durable:
-                self.durable = position
-            self._moved.notify_all()
 
     @property
     def wal_end(self) -> int:
@@ -372,34 +346,6 @@ class SlotCapture:
     def sync_point(self) -> int:
         """Write a heartbeat watermark now; its position (the capture has caught up once past it)."""
         return self.session.emit(self.prefix, Watermark.heartbeat().encode())
-
-    def catch_up(self, timeout: float | None = None) -> None:
-        """Stream until the copy is complete and every change committed before now is appended."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        point: list[int] = []
-
-        def caught_up() -> bool:
-            if deadline is not None and time.monotonic() > deadline:
-                raise CdcError(f"the capture did not catch up within {timeout} s")
-            if not self.copy_done.is_set():
-                return False
-            if not point:
-                point.append(self.sync_point())
-            return self.durable >= point[0]
-
-        self.run(until=caught_up)
-
-    def wait_for(self, position: int, timeout: float) -> bool:
-        """Block until the target holds ``position`` durably (for the copier's read-ahead and for
-        tests)."""
-        deadline = time.monotonic() + timeout
-        with self._moved:
-            while self.durable < position and not self._stop.is_set():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._moved.wait(min(left, 0.5))
-        return self.durable >= position
 
     # -- the copy ----------------------------------------------------------------------------------
     def copying(self, state: CopyState | None = None) -> bool:

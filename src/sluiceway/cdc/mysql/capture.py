@@ -22,10 +22,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import pyarrow as pa
-
 from sluiceway.cdc.copier import copy_tables
 from sluiceway.cdc.errors import CdcError, LostChangesError, StreamInterrupted
+from sluiceway.cdc.lifecycle import CaptureLife
 from sluiceway.cdc.model import TableInfo
 from sluiceway.cdc.mysql.assemble import Unit, assemble, split_position
 from sluiceway.cdc.mysql.reader import BinlogReader, ReaderOptions
@@ -74,7 +73,7 @@ def describe_position(value: int, files: dict[int, str] | None = None) -> str:
 
 
 @dataclass
-class BinlogCapture:
+class BinlogCapture(CaptureLife):
     """Streams the binlog into ``target``. ``prepare()``, ``start()``, then ``run()`` or ``catch_up()``."""
 
     options: BinlogOptions
@@ -163,15 +162,6 @@ class BinlogCapture:
         else:
             self.copy_done.set()
 
-    @property
-    def stopped(self) -> bool:
-        return self._stop.is_set()
-
-    def stop(self) -> None:
-        self._stop.set()
-        with self._moved:
-            self._moved.notify_all()
-
     def close(self) -> None:
         self.stop()
         if self._copier is not None:
@@ -221,54 +211,12 @@ class BinlogCapture:
             if until is not None and not units and until():
                 return
 
-    def _hold(self, batch: pa.RecordBatch, end: int) -> None:
-        self.target.append(batch, end)
-        if not getattr(self.target, "pipelined", False):
-            self.durable_at(end)
-        with self._moved:
-            self.position = end
-            self._moved.notify_all()
-
-    def durable_at(self, position: int) -> None:
-        """The target holds everything before ``position`` durably (a binlog keeps nothing for its
-        readers, so there is nothing to confirm to the server): wake whoever waits for it."""
-        with self._moved:
-            if position > self.durable:
-                self.durable = position
-            self._moved.notify_all()
-
     @property
     def wal_end(self) -> int:
         return self.position
 
     def sync_point(self) -> int:
         return self.session.emit(self.prefix, Watermark.heartbeat().encode())
-
-    def catch_up(self, timeout: float | None = None) -> None:
-        """Stream until the copy is complete and every change committed before now is appended."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        point: list[int] = []
-
-        def caught_up() -> bool:
-            if deadline is not None and time.monotonic() > deadline:
-                raise CdcError(f"the capture did not catch up within {timeout} s")
-            if not self.copy_done.is_set():
-                return False
-            if not point:
-                point.append(self.sync_point())
-            return self.durable >= point[0]
-
-        self.run(until=caught_up)
-
-    def wait_for(self, position: int, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        with self._moved:
-            while self.durable < position and not self._stop.is_set():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._moved.wait(min(left, 0.5))
-        return self.durable >= position
 
     # -- the copy ----------------------------------------------------------------------------------
     def copying(self) -> bool:

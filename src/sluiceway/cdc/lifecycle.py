@@ -1,0 +1,97 @@
+"""What every capture shares, whichever database it reads: appending with its position, waiting
+for the target to hold a position, catching up, stopping.
+
+:class:`~sluiceway.cdc.capture.SlotCapture` (PostgreSQL) and
+:class:`~sluiceway.cdc.mysql.capture.BinlogCapture` (MariaDB/MySQL) keep their own fields
+(dataclasses) and their own stream; this base holds the methods written once over them. A
+source that must tell the server what the target holds (a slot's confirmed position) does it in
+:meth:`CaptureLife._confirm`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+
+from sluiceway.cdc.errors import CdcError
+
+
+class CaptureLife:
+    #: Position up to which everything is appended to the target.
+    position: int
+    #: Position up to which the target holds everything durably.
+    durable: int
+    target: Any
+    copy_done: threading.Event
+    _stop: threading.Event
+    _moved: threading.Condition
+
+    def run(self, until: Callable[[], bool] | None = None) -> None:
+        raise NotImplementedError
+
+    def sync_point(self) -> int:
+        """Write a heartbeat watermark now; a position at or past it (caught up once past it)."""
+        raise NotImplementedError
+
+    def _confirm(self, position: int) -> None:
+        """Tell the server the target holds everything before ``position`` (nothing by default)."""
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._moved:
+            self._moved.notify_all()
+
+    def _hold(self, batch: pa.RecordBatch, end: int) -> None:
+        """Append ``batch``, the log now complete up to ``end``; a target that holds it durably once
+        the append returns (not ``pipelined``) makes ``end`` durable at once (:meth:`durable_at`)."""
+        self.target.append(batch, end)
+        if not getattr(self.target, "pipelined", False):
+            self.durable_at(end)
+        with self._moved:
+            self.position = end
+            self._moved.notify_all()
+
+    def durable_at(self, position: int) -> None:
+        """The target holds everything before ``position`` durably: confirm it to the server, and
+        wake whoever waits for it (a pipelined target calls this from its own threads, in order)."""
+        self._confirm(position)
+        with self._moved:
+            if position > self.durable:
+                self.durable = position
+            self._moved.notify_all()
+
+    def catch_up(self, timeout: float | None = None) -> None:
+        """Stream until the copy is complete and every change committed before now is appended."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        point: list[int] = []
+
+        def caught_up() -> bool:
+            if deadline is not None and time.monotonic() > deadline:
+                raise CdcError(f"the capture did not catch up within {timeout} s")
+            if not self.copy_done.is_set():
+                return False
+            if not point:
+                point.append(self.sync_point())
+            return self.durable >= point[0]
+
+        self.run(until=caught_up)
+
+    def wait_for(self, position: int, timeout: float) -> bool:
+        """Block until the target holds ``position`` durably (for the copier's read-ahead and for
+        tests)."""
+        deadline = time.monotonic() + timeout
+        with self._moved:
+            while self.durable < position and not self._stop.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._moved.wait(min(left, 0.5))
+        return self.durable >= position
