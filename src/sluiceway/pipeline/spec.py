@@ -114,18 +114,14 @@ _SLOT = re.compile(r"^[a-z0-9_]{1,63}$")
 _PUBLICATION = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
-class PostgresCdcSourceSpec(_Source):
-    """Change data capture from PostgreSQL: copy each table, then follow its changes (docs/cdc.md)."""
+class _CdcSource(_Source):
+    """What every change data capture source has: its tables, the copy, the tasks per batch."""
 
-    type: Literal["postgres-cdc"]
     dsn: str
-    #: Tables as ``schema.table`` (a list), or one regular expression over ``schema.table``.
+    #: Tables as ``schema.table`` (MariaDB/MySQL: ``db.table``, or a bare name in the DSN's
+    #: database), or one regular expression over those names.
     tables: list[str] | str
-    #: The logical replication slot (created if missing, for pgoutput).
-    slot: str
-    #: The publication (created if missing, for the tables).
-    publication: str
-    #: ``initial``: copy every table first; ``never``: changes from the slot's position on only.
+    #: ``initial``: copy every table first; ``never``: changes from the capture's start on only.
     snapshot: Literal["initial", "never"] = "initial"
     #: Rows per copied chunk (each chunk is one short transaction).
     chunk_size: int = Field(10_000, ge=1, le=1_000_000)
@@ -140,6 +136,16 @@ class PostgresCdcSourceSpec(_Source):
         if not value:
             raise ValueError("list at least one table (or give a regular expression)")
         return value
+
+
+class PostgresCdcSourceSpec(_CdcSource):
+    """Change data capture from PostgreSQL: copy each table, then follow its changes (docs/cdc.md)."""
+
+    type: Literal["postgres-cdc"]
+    #: The logical replication slot (created if missing, for pgoutput).
+    slot: str
+    #: The publication (created if missing, for the tables).
+    publication: str
 
     @field_validator("slot")
     @classmethod
@@ -156,28 +162,13 @@ class PostgresCdcSourceSpec(_Source):
         return value
 
 
-class MysqlCdcSourceSpec(_Source):
+class MysqlCdcSourceSpec(_CdcSource):
     """Change data capture from MariaDB/MySQL's binlog: copy each table, then follow its changes
     (docs/cdc.md, "MariaDB and MySQL")."""
 
     type: Literal["mysql-cdc"]
-    dsn: str
-    #: Tables as ``db.table`` (or a bare name in the DSN's database), or one regular expression.
-    tables: list[str] | str
     #: This capture's server id among the server's replicas (unique per capture).
     server_id: int = Field(ge=1, le=4_294_967_295)
-    snapshot: Literal["initial", "never"] = "initial"
-    chunk_size: int = Field(10_000, ge=1, le=1_000_000)
-    partitions: int = Field(1, ge=1, le=256)
-
-    @field_validator("tables")
-    @classmethod
-    def _tables(cls, value: list[str] | str) -> list[str] | str:
-        if isinstance(value, str):
-            return _regex(value)
-        if not value:
-            raise ValueError("list at least one table (or give a regular expression)")
-        return value
 
 
 class NatsSourceSpec(_Source, NatsSettings):

@@ -400,6 +400,24 @@ class _CaptureAdapter(SourceAdapter[S]):
     def options(self, spec: PipelineSpec, state_dir: str) -> Any:
         """The capture's options."""
 
+    @abstractmethod
+    def session(self, dsn: str) -> Any:
+        """A session of the source's database (``check_server``, ``resolve_tables``, ``close``)."""
+
+    def check(self, spec: PipelineSpec) -> None:
+        """The server's settings (``wal_level``; the binlog's format), our role's rights and the
+        tables — read-only, before Spark starts, so each is one line without a JVM. The
+        capture's ``prepare()`` then creates what it needs (Pipeline.preflight)."""
+        src: Any = self.source(spec)
+        session = self.session(src.dsn)
+        try:
+            session.check_server()
+            session.resolve_tables(src.tables if isinstance(src.tables, str) else tuple(src.tables))
+        except DatabaseError as exc:
+            raise SourceError(f"pipeline.source: {error_text(exc)}") from None
+        finally:
+            session.close()
+
 
 class PostgresCdcAdapter(_CaptureAdapter[PostgresCdcSourceSpec]):
     kind = "postgres-cdc"
@@ -409,21 +427,10 @@ class PostgresCdcAdapter(_CaptureAdapter[PostgresCdcSourceSpec]):
         src = self.source(spec)
         return ReplicationSlot(src.dsn, src.slot)
 
-    def check(self, spec: PipelineSpec) -> None:
-        """The server's settings, our role and the tables — read-only, before Spark starts, so
-        ``wal_level = replica`` is one line without a JVM. The capture's ``prepare()`` then
-        creates the publication and the slot (Pipeline.preflight)."""
+    def session(self, dsn: str) -> Any:
         from sluiceway.cdc.postgres import CdcSession
 
-        src = self.source(spec)
-        session = CdcSession(src.dsn)
-        try:
-            session.check_server()
-            session.resolve_tables(src.tables if isinstance(src.tables, str) else tuple(src.tables))
-        except DatabaseError as exc:
-            raise SourceError(f"pipeline.source: {error_text(exc)}") from None
-        finally:
-            session.close()
+        return CdcSession(dsn)
 
     def options(self, spec: PipelineSpec, state_dir: str) -> Any:
         from sluiceway.cdc.capture import CaptureOptions
@@ -444,19 +451,10 @@ class MysqlCdcAdapter(_CaptureAdapter[MysqlCdcSourceSpec]):
     kind = "mysql-cdc"
     spec_type = MysqlCdcSourceSpec
 
-    def check(self, spec: PipelineSpec) -> None:
-        """The binlog's settings, our grants and the tables — read-only, before Spark starts."""
+    def session(self, dsn: str) -> Any:
         from sluiceway.cdc.mysql.server import BinlogSession
 
-        src = self.source(spec)
-        session = BinlogSession(src.dsn)
-        try:
-            session.check_server()
-            session.resolve_tables(src.tables if isinstance(src.tables, str) else tuple(src.tables))
-        except DatabaseError as exc:
-            raise SourceError(f"pipeline.source: {error_text(exc)}") from None
-        finally:
-            session.close()
+        return BinlogSession(dsn)
 
     def options(self, spec: PipelineSpec, state_dir: str) -> Any:
         from sluiceway.cdc.mysql.capture import BinlogOptions
