@@ -13,6 +13,9 @@ from typing import Any
 
 import psycopg
 
+from sluiceway.cdc.capture import CaptureOptions, SlotCapture
+from sluiceway.cdc.mysql import BinlogCapture, BinlogOptions
+from sluiceway.cdc.target import JournalTarget
 from sluiceway.journal import Journal, JournalError
 from sluiceway.journal.record import OP_HEADER
 
@@ -224,3 +227,41 @@ def capture_records(path: Path) -> list[dict[str, Any]]:
                 {"namespace": r.namespace, "key": r.key, "value": r.value, "op": op, "headers": headers}
             )
         return out
+
+
+class Running:
+    """A capture (a PostgreSQL slot's or a MariaDB binlog's) into a journal, on a thread of its
+    own, as the pipeline runs it."""
+
+    def __init__(self, opts: CaptureOptions | BinlogOptions, log: Path) -> None:
+        self.target = JournalTarget(str(log))
+        self.capture: SlotCapture | BinlogCapture = (
+            BinlogCapture(opts, self.target)
+            if isinstance(opts, BinlogOptions)
+            else SlotCapture(opts, self.target)
+        )
+        self.capture.prepare()
+        self.capture.start()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.capture.run()
+        except BaseException as exc:
+            self.error = exc
+
+    def caught_up(self, timeout: float = 60) -> None:
+        # A heartbeat written now: once the log holds it, it holds every change committed before.
+        point = self.capture.sync_point()
+        assert self.capture.wait_for(point, timeout), self.error
+        assert self.capture.copy_done.wait(timeout), "the copy did not finish"
+
+    def close(self) -> None:
+        self.capture.stop()
+        self.thread.join(30)
+        self.capture.close()
+        self.target.close()
+        if self.error is not None:
+            raise self.error

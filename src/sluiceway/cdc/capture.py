@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sluiceway.cdc.assemble import assemble
-from sluiceway.cdc.copier import copy_tables
+from sluiceway.cdc.copier import CopySession
 from sluiceway.cdc.errors import CdcError, LostChangesError, SlotInUseError, StreamInterrupted
 from sluiceway.cdc.lifecycle import CaptureLife
 from sluiceway.cdc.model import Row, TableInfo
@@ -217,11 +217,7 @@ class SlotCapture(CaptureLife):
         """Start streaming (and the copier, while a copy is due). ``prepare()`` first."""
         self._stream = ReplicationStream(self._stream_options())
         self._stream.start(self.position)
-        if self.copying():
-            self._copier = threading.Thread(target=self._copy, name="sluice-cdc-copy", daemon=True)
-            self._copier.start()
-        else:
-            self.copy_done.set()
+        self._start_copy()
 
     def close(self) -> None:
         self.stop()
@@ -354,18 +350,8 @@ class SlotCapture(CaptureLife):
         state = state or self.store.load()
         return not all(state.tables.get(t.namespace, TableCopy()).done for t in self._tables)
 
-    def _copy(self) -> None:
-        try:
-            copy_tables(
-                self,
-                lambda: CdcSession(self.options.dsn),
-                self._tables,
-                chunk_size=self.options.chunk_size,
-                read_ahead=self.options.read_ahead,
-            )
-        except BaseException as exc:
-            if not self._stop.is_set():
-                self._copy_error = exc
+    def _copy_session(self) -> CopySession:
+        return CdcSession(self.options.dsn)
 
 
 def _track_relations(rows: list[Row], relations: dict[int, Row]) -> None:

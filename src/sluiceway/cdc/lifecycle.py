@@ -17,7 +17,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from sluiceway.cdc.copier import CopySession, copy_tables
 from sluiceway.cdc.errors import CdcError
+from sluiceway.cdc.state import SourceState
 
 
 class CaptureLife:
@@ -30,8 +32,51 @@ class CaptureLife:
     _stop: threading.Event
     _moved: threading.Condition
 
+    options: Any
+    _tables: list[Any]
+    _copier: threading.Thread | None
+    _copy_error: BaseException | None
+
     def run(self, until: Callable[[], bool] | None = None) -> None:
         raise NotImplementedError
+
+    @property
+    def prefix(self) -> str:
+        """What marks this capture's watermarks."""
+        raise NotImplementedError
+
+    @property
+    def store(self) -> SourceState:
+        raise NotImplementedError
+
+    def copying(self) -> bool:
+        """Whether a table's copy is still due."""
+        raise NotImplementedError
+
+    def _copy_session(self) -> CopySession:
+        """A connection of the copier's own."""
+        raise NotImplementedError
+
+    def _start_copy(self) -> None:
+        """The copier on a thread of its own while a copy is due (else the copy is done)."""
+        if self.copying():
+            self._copier = threading.Thread(target=self._copy, name="sluice-cdc-copy", daemon=True)
+            self._copier.start()
+        else:
+            self.copy_done.set()
+
+    def _copy(self) -> None:
+        try:
+            copy_tables(
+                self,
+                self._copy_session,
+                self._tables,
+                chunk_size=self.options.chunk_size,
+                read_ahead=self.options.read_ahead,
+            )
+        except BaseException as exc:
+            if not self._stop.is_set():
+                self._copy_error = exc  # the appender raises it
 
     def sync_point(self) -> int:
         """Write a heartbeat watermark now; a position at or past it (caught up once past it)."""

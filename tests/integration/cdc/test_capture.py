@@ -6,7 +6,6 @@ source tables; per-key order is checked through each row's ever-growing ``versio
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from sluiceway.journal import Journal
 from sluiceway.testing import PrivatePostgres, wait_until
 from tests.support.cdc import (
     TABLES,
+    Running,
     Sink,
     Writer,
     capture_records,
@@ -39,39 +39,6 @@ def options(dsn: str, tmp: Path, slot: str, **extra: Any) -> CaptureOptions:
     return CaptureOptions(
         dsn=dsn, tables=TABLES, slot=slot, publication=slot, state_dir=str(tmp / "state"), **extra
     )
-
-
-class Running:
-    """A capture on a thread of its own, as the pipeline runs it."""
-
-    def __init__(self, opts: CaptureOptions, log: Path) -> None:
-        self.target = JournalTarget(str(log))
-        self.capture = SlotCapture(opts, self.target)
-        self.capture.prepare()
-        self.capture.start()
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.capture.run()
-        except BaseException as exc:
-            self.error = exc
-
-    def caught_up(self, timeout: float = 60) -> None:
-        # A heartbeat written now: once the log holds it, it holds every change committed before.
-        point = self.capture.sync_point()
-        assert self.capture.wait_for(point, timeout), self.error
-        assert self.capture.copy_done.wait(timeout), "the copy did not finish"
-
-    def close(self) -> None:
-        self.capture.stop()
-        self.thread.join(30)
-        self.capture.close()
-        self.target.close()
-        if self.error is not None:
-            raise self.error
 
 
 @pytest.fixture

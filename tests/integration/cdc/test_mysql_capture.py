@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sluiceway.cdc.mysql import BinlogCapture, BinlogOptions
-from sluiceway.cdc.target import JournalTarget
+from sluiceway.cdc.mysql import BinlogOptions
 from sluiceway.testing import PrivateMariaDB, wait_until
-from tests.support.cdc import Sink, capture_records, version_regressions
+from tests.support.cdc import Running, Sink, capture_records, version_regressions
 from tests.support.mysql_cdc import Writer, create_tables, source_state
 
 pytestmark = pytest.mark.timeout(240)
@@ -25,33 +23,6 @@ def options(db: PrivateMariaDB, database: str, tmp: Path, server_id: int, **extr
         state_dir=str(tmp / "state"),
         **extra,
     )
-
-
-class Running:
-    """A capture on a thread of its own, as the pipeline runs it."""
-
-    def __init__(self, opts: BinlogOptions, log: Path) -> None:
-        self.target = JournalTarget(str(log))
-        self.capture = BinlogCapture(opts, self.target)
-        self.capture.prepare()
-        self.capture.start()
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.capture.run()
-        except BaseException as exc:
-            self.error = exc
-
-    def stop(self) -> None:
-        self.capture.stop()
-        self.thread.join(30)
-        self.capture.close()
-        self.target.close()
-        if self.error is not None:
-            raise self.error
 
 
 def test_copy_under_a_writer_then_sync_equals_the_source(
@@ -75,7 +46,7 @@ def test_copy_under_a_writer_then_sync_equals_the_source(
     assert running.error is None
     point = running.capture.sync_point()
     wait_until(lambda: running.capture.durable >= point or running.error, timeout=60, message="catching up")
-    running.stop()
+    running.close()
     sink = Sink()
     sink.apply(capture_records(tmp_path / "log"))
     # Rows last changed before the ALTER have no `extra` in their records (the server rewrote them

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sluiceway.cdc.copier import copy_tables
+from sluiceway.cdc.copier import CopySession
 from sluiceway.cdc.errors import CdcError, LostChangesError, StreamInterrupted
 from sluiceway.cdc.lifecycle import CaptureLife
 from sluiceway.cdc.model import TableInfo
@@ -156,11 +156,7 @@ class BinlogCapture(CaptureLife):
         )
         self._reader = BinlogReader(options, self.position)
         self._reader.start()
-        if self.copying():
-            self._copier = threading.Thread(target=self._copy, name="sluice-cdc-copy", daemon=True)
-            self._copier.start()
-        else:
-            self.copy_done.set()
+        self._start_copy()
 
     def close(self) -> None:
         self.stop()
@@ -225,15 +221,5 @@ class BinlogCapture(CaptureLife):
         state = self.store.load()
         return not all(state.tables.get(t.namespace, TableCopy()).done for t in self._tables)
 
-    def _copy(self) -> None:
-        try:
-            copy_tables(
-                self,
-                lambda: BinlogSession(self.options.dsn),
-                self._tables,
-                chunk_size=self.options.chunk_size,
-                read_ahead=self.options.read_ahead,
-            )
-        except BaseException as exc:
-            if not self._stop.is_set():
-                self._copy_error = exc
+    def _copy_session(self) -> CopySession:
+        return BinlogSession(self.options.dsn)
