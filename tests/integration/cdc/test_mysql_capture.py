@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sluiceway.cdc.errors import CdcError
 from sluiceway.cdc.mysql import BinlogOptions
 from sluiceway.testing import PrivateMariaDB, wait_until
 from tests.support.cdc import Running, Sink, capture_records, version_regressions
@@ -59,3 +60,24 @@ def test_copy_under_a_writer_then_sync_equals_the_source(
     assert mirrored == source_state(binlog_mariadb, binlog_db)
     assert version_regressions(sink.records) == []
     assert sink.modes() == {"copy", "sync"}
+
+
+def test_a_column_that_changes_type_stops_the_capture_with_one_line(
+    binlog_mariadb: PrivateMariaDB, binlog_db: str, tmp_path: Path
+) -> None:
+    binlog_mariadb.execute("CREATE TABLE retyped (id INT PRIMARY KEY, v INT)", database=binlog_db)
+    opts = BinlogOptions(
+        binlog_mariadb.dsn(binlog_db), ("retyped",), 102, str(tmp_path / "state"), snapshot="never"
+    )
+    running = Running(opts, tmp_path / "log")
+    binlog_mariadb.execute("INSERT INTO retyped VALUES (1, 1)", database=binlog_db)
+    binlog_mariadb.execute("ALTER TABLE retyped MODIFY v VARCHAR(20)", database=binlog_db)
+    binlog_mariadb.execute("INSERT INTO retyped VALUES (2, 'two')", database=binlog_db)
+    wait_until(lambda: running.error is not None, timeout=30, message="the capture to stop")
+    text = str(running.error)
+    assert isinstance(running.error, CdcError) and "\n" not in text
+    assert f"column v of {binlog_db}.retyped changed type" in text
+    with pytest.raises(CdcError):
+        running.close()
+    # What came before the change is in the journal; nothing after it.
+    assert [r["key"] for r in capture_records(tmp_path / "log")] == ["1"]
