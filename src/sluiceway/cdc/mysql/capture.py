@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from sluiceway.cdc.copier import CopySession
 from sluiceway.cdc.errors import CdcError, LostChangesError, StreamInterrupted
 from sluiceway.cdc.lifecycle import CaptureLife
-from sluiceway.cdc.model import TableInfo
 from sluiceway.cdc.mysql.assemble import Unit, assemble, split_position
 from sluiceway.cdc.mysql.reader import BinlogReader, ReaderOptions
 from sluiceway.cdc.mysql.server import BinlogSession, BinlogTable
@@ -83,7 +82,6 @@ class BinlogCapture(CaptureLife):
     appended: int = 0
     _session: BinlogSession | None = field(default=None, repr=False)
     _tables: list[BinlogTable] = field(default_factory=list, repr=False)
-    _infos: dict[str, TableInfo] = field(default_factory=dict, repr=False)
     _reader: BinlogReader | None = field(default=None, repr=False)
     _copier: threading.Thread | None = field(default=None, repr=False)
     _copy_error: BaseException | None = field(default=None, repr=False)
@@ -117,7 +115,6 @@ class BinlogCapture(CaptureLife):
         session = self.session
         session.check_server()
         self._tables = session.resolve_tables(self.options.tables)
-        self._infos = {t.namespace: TableInfo(t.key) for t in self._tables}
         held = self.target.position()
         if held is None:
             return
@@ -151,7 +148,6 @@ class BinlogCapture(CaptureLife):
             database=session.database,
             tables={t.namespace: t for t in self._tables},
             prefix=self.prefix,
-            mariadb=session.mariadb,
             files=session.binary_logs(),
         )
         self._reader = BinlogReader(options, self.position)

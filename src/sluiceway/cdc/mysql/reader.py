@@ -50,7 +50,6 @@ class ReaderOptions:
     database: str
     tables: Mapping[str, BinlogTable]
     prefix: str
-    mariadb: bool
     #: The binlog file names by sequence number (the start position names one of them).
     files: Mapping[int, str]
 

@@ -120,10 +120,6 @@ class BinlogSession:
             self._conn = None
 
     # -- the server --------------------------------------------------------------------------------
-    @property
-    def mariadb(self) -> bool:
-        return "mariadb" in str(self.rows("SELECT VERSION()")[0][0]).lower()
-
     def variables(self) -> dict[str, str]:
         names = ("log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata", "server_id")
         found = self.rows("SHOW GLOBAL VARIABLES WHERE Variable_name IN (%s, %s, %s, %s, %s)", names)
@@ -242,15 +238,6 @@ class BinlogSession:
             (prefix, content),
         )
         return self.current()
-
-    def forget_watermarks(self, prefix: str, keep: int = 1000) -> None:
-        """Delete all but the last ``keep`` of this capture's watermark rows (the binlog has them)."""
-        table = f"{quote(self.database)}.{quote(WATERMARKS)}"
-        self.rows(
-            f"DELETE FROM {table} WHERE capture = %s AND id < "
-            f"(SELECT m FROM (SELECT COALESCE(MAX(id), 0) - %s AS m FROM {table}) x)",
-            (prefix, keep),
-        )
 
     def read_chunk(self, table: BinlogTable, after: list[str] | None, size: int) -> ChunkRead:
         """The next ``size`` rows of ``table`` after the key ``after`` (key order)."""
