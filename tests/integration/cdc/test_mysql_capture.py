@@ -9,6 +9,7 @@ import pytest
 
 from sluiceway.cdc.errors import CdcError
 from sluiceway.cdc.mysql import BinlogOptions
+from sluiceway.cdc.mysql.server import WATERMARKS
 from sluiceway.testing import PrivateMariaDB, wait_until
 from tests.support.cdc import Running, Sink, capture_records, version_regressions
 from tests.support.mysql_cdc import Writer, create_tables, source_state
@@ -48,6 +49,18 @@ def test_copy_under_a_writer_then_sync_equals_the_source(
     point = running.capture.sync_point()
     wait_until(lambda: running.capture.durable >= point or running.error, timeout=60, message="catching up")
     running.close()
+    marks = f"SELECT COUNT(*) FROM {WATERMARKS} WHERE capture = %s"
+    prefix = running.capture.prefix
+    assert binlog_mariadb.execute(marks, (prefix,), database=binlog_db)[0][0] > 0
+    # Resumed: the earlier runs' watermark rows are deleted (the binlog holds them; nothing reads
+    # the rows), and the deletes are no watermarks to the capture.
+    again = Running(options(binlog_mariadb, binlog_db, tmp_path, 101, chunk_size=500), tmp_path / "log")
+    try:
+        assert binlog_mariadb.execute(marks, (prefix,), database=binlog_db)[0][0] == 0
+        again.caught_up()
+        assert again.error is None
+    finally:
+        again.close()
     sink = Sink()
     sink.apply(capture_records(tmp_path / "log"))
     # Rows last changed before the ALTER have no `extra` in their records (the server rewrote them

@@ -132,7 +132,7 @@ class BinlogCapture(CaptureLife):
     def prepare(self) -> None:
         self.check()
         session = self.session
-        session.ensure_watermarks()
+        session.ensure_watermarks(self.prefix)
         held = self.target.position()
         if held is None:
             held = session.current()

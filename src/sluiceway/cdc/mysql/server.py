@@ -224,12 +224,16 @@ class BinlogSession:
         )
 
     # -- the copy ----------------------------------------------------------------------------------
-    def ensure_watermarks(self) -> None:
+    def ensure_watermarks(self, prefix: str) -> None:
+        """The watermark table, emptied of ``prefix``'s rows: a watermark counts where the binlog
+        has it, its row is never read back, so the rows of earlier runs are only clutter."""
+        table = f"{quote(self.database)}.{quote(WATERMARKS)}"
         self.rows(
-            f"CREATE TABLE IF NOT EXISTS {quote(self.database)}.{quote(WATERMARKS)} ("
+            f"CREATE TABLE IF NOT EXISTS {table} ("
             "id BIGINT AUTO_INCREMENT PRIMARY KEY, capture VARCHAR(100) NOT NULL, "
             "mark VARCHAR(400) NOT NULL, at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB"
         )
+        self.rows(f"DELETE FROM {table} WHERE capture = %s", (prefix,))
 
     def emit(self, prefix: str, content: str) -> int:
         """Write a watermark (its own transaction); a position at or past its end in the binlog."""
