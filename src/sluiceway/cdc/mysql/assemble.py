@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from sluiceway.cdc.model import Chunk
+from sluiceway.cdc.mysql.gtid import EPOCH_SHIFT
 from sluiceway.cdc.watermark import Mark, Watermark
 from sluiceway.errors import InvariantViolation
 from sluiceway.journal.record import ARROW_SCHEMA
@@ -30,6 +31,7 @@ BEFORE_HEADER = "mysql.before"
 MODE_HEADER = "sluice.mode"
 _HEADERS = ARROW_SCHEMA.field("headers").type
 _TIMESTAMP = ARROW_SCHEMA.field("timestamp").type
+_FILE_MASK = (1 << (EPOCH_SHIFT - 32)) - 1
 
 
 @dataclass(slots=True)
@@ -85,14 +87,16 @@ def _header_column(headers: list[list[tuple[str, str]]]) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pairs_array, type=_HEADERS)
 
 
-def position(file_number: int, pos: int) -> int:
-    """A binlog position as one growing number: the file's sequence number, then the offset in it
-    (binlog files are far below 4 GiB, the offset's 32 bits)."""
-    return (file_number << 32) | pos
+def position(file_number: int, pos: int, epoch: int = 0) -> int:
+    """A binlog position as one growing number: the epoch (one more for each server the capture
+    moved to, :mod:`~.gtid`), the file's sequence number, then the offset in it (binlog files are
+    far below 4 GiB, the offset's 32 bits)."""
+    return (epoch << EPOCH_SHIFT) | (file_number << 32) | pos
 
 
 def split_position(value: int) -> tuple[int, int]:
-    return value >> 32, value & 0xFFFFFFFF
+    """The file number and offset of a position (its epoch aside)."""
+    return (value >> 32) & _FILE_MASK, value & 0xFFFFFFFF
 
 
 def ready(units: Sequence[Unit]) -> int:

@@ -12,28 +12,73 @@ copy runs, the copier (:mod:`sluiceway.cdc.copier`) takes chunks between waterma
 Unlike a PostgreSQL slot, the server keeps no WAL for us: binlogs are purged by age
 (``binlog_expire_logs_seconds``). A capture whose position was purged stops with one line (the
 changes in between are gone) rather than skip them.
+
+Positions are file and offset on one server. Beside them the capture keeps a GTID checkpoint
+(``binlog.json`` in the state directory, :mod:`~sluiceway.cdc.mysql.gtid`): the server's id and the
+GTID state at a durable position, written as the target confirms (at most every
+:data:`CHECKPOINT_EVERY` seconds while changes stream, and whenever the stream goes quiet or the
+capture closes). On another server — a replica promoted in a failover, behind the same DSN or a
+new one — the capture resumes from that GTID state, where file and offset would mean nothing.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sluiceway.cdc.copier import CopySession
 from sluiceway.cdc.errors import CdcError, LostChangesError, StreamInterrupted
 from sluiceway.cdc.lifecycle import CaptureLife
 from sluiceway.cdc.mysql.assemble import Unit, assemble, split_position
+from sluiceway.cdc.mysql.gtid import (
+    Checkpoint,
+    Resume,
+    advance,
+    epoch_of,
+    format_state,
+    parse_state,
+    plan_resume,
+)
 from sluiceway.cdc.mysql.reader import BinlogReader, ReaderOptions
 from sluiceway.cdc.mysql.server import BinlogSession, BinlogTable
 from sluiceway.cdc.state import SourceState, TableCopy
 from sluiceway.cdc.target import CaptureTarget
 from sluiceway.cdc.watermark import Watermark
+from sluiceway.files import write_json
 from sluiceway.journal.arrow import empty_batch
 
 log = logging.getLogger("sluiceway.cdc")
+
+#: Seconds between GTID checkpoints while changes stream (see the module's docstring).
+CHECKPOINT_EVERY = 1.0
+
+
+class CheckpointFile:
+    """The GTID checkpoint on disk: ``<state dir>/binlog.json``."""
+
+    def __init__(self, state_dir: str) -> None:
+        self.path = Path(state_dir) / "binlog.json"
+
+    def load(self) -> Checkpoint | None:
+        import json
+
+        try:
+            return Checkpoint.from_json(json.loads(self.path.read_text()))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CdcError(
+                f"{self.path} is not a GTID checkpoint ({exc}): it says which server the capture's "
+                "positions are from; delete it only if the capture still reads the server it read before"
+            ) from None
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        write_json(self.path, checkpoint.to_json(), durable=True)
 
 
 @dataclass(frozen=True)
@@ -65,10 +110,12 @@ class BinlogOptions:
 
 
 def describe_position(value: int, files: dict[int, str] | None = None) -> str:
-    """A position as ``binlog.000042:1234`` (or ``#42:1234`` without the file names)."""
+    """A position as ``binlog.000042:1234`` (or ``#42:1234`` without the file names), after a move
+    to another server with its epoch (``binlog.000003:1234 (epoch 1)``)."""
     number, pos = split_position(value)
     name = (files or {}).get(number, f"#{number}")
-    return f"{name}:{pos}"
+    epoch = epoch_of(value)
+    return f"{name}:{pos}" + (f" (epoch {epoch})" if epoch else "")
 
 
 @dataclass
@@ -88,10 +135,25 @@ class BinlogCapture(CaptureLife):
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _moved: threading.Condition = field(default_factory=threading.Condition, repr=False)
     copy_done: threading.Event = field(default_factory=threading.Event, repr=False)
+    #: Where the reader starts (by file and offset, or by GTID state after a server switch).
+    resume: Resume = field(default_factory=lambda: Resume(0), repr=False)
+    _server_id: int = field(default=0, repr=False)
+    _mariadb: bool = field(default=False, repr=False)
+    #: The GTID state after the last unit appended, and per append not yet durable its end and
+    #: the state there (MariaDB only).
+    _gtids: dict[str, str] = field(default_factory=dict, repr=False)
+    _held: collections.deque[tuple[int, str]] = field(default_factory=collections.deque, repr=False)
+    _due: Checkpoint | None = field(default=None, repr=False)
+    _saved_at: float = field(default=0.0, repr=False)
+    _saving: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def prefix(self) -> str:
         return f"sluice-cdc:{self.options.slot}"
+
+    @property
+    def checkpoints(self) -> CheckpointFile:
+        return CheckpointFile(self.options.state_dir)
 
     @property
     def store(self) -> SourceState:
@@ -110,14 +172,19 @@ class BinlogCapture(CaptureLife):
     # -- set-up ------------------------------------------------------------------------------------
     def check(self) -> None:
         """Every check that can refuse, creating nothing: the server's binlog settings and our
-        grants, the tables (each with a primary key), and that the binlog still holds the
-        position the target resumes from."""
+        grants, the tables (each with a primary key), that the server is the one the held
+        position is from (else a GTID state to resume from there), and that its binlog still
+        holds the position the target resumes from."""
         session = self.session
         session.check_server()
         self._tables = session.resolve_tables(self.options.tables)
+        self._server_id, self._mariadb = session.server_id(), session.is_mariadb()
         held = self.target.position()
         if held is None:
             return
+        self.resume = plan_resume(held, self._server_id, self.checkpoints.load(), gtids=self._mariadb)
+        if self.resume.gtid is not None:
+            return  # the server says whether it has that GTID state when the reader starts
         files = session.binary_logs()
         number, _pos = split_position(held)
         if number not in files:
@@ -134,10 +201,51 @@ class BinlogCapture(CaptureLife):
         session = self.session
         session.ensure_watermarks(self.prefix)
         held = self.target.position()
+        saved = self.checkpoints.load()
         if held is None:
+            saved = None
             held = session.current()
             self.target.append(empty_batch(), held)
+        resume = self.resume
+        session.epoch = resume.epoch
         self.position = self.durable = held
+        if not self._mariadb:
+            state = ""  # MySQL: the checkpoint only says which server the positions are from
+        elif resume.gtid is not None:
+            self._rebase_copy(held, session.current())
+            if resume.behind:
+                log.warning(
+                    "cdc: the server changed (now server id %s); resuming from the GTID checkpoint %s, "
+                    "which is older than the capture's log: the changes since are sent again",
+                    self._server_id, resume.gtid,
+                )  # fmt: skip
+            state = resume.gtid
+        elif saved is not None and saved.position == held:
+            state = saved.gtid
+        else:
+            number, pos = split_position(held)
+            state = session.gtid_at(session.binary_logs()[number], pos)
+        self._gtids = parse_state(state)
+        # Written at once: from here the held position counts as this server's (its epoch).
+        self.checkpoints.save(Checkpoint(self._server_id, resume.epoch, held, state))
+        self._saved_at = time.monotonic()
+
+    def _rebase_copy(self, held: int, here: int) -> None:
+        """After a move to another server: the copy's watermark positions past ``held`` were the
+        old server's offsets; the new server has those watermarks (replicated) before ``here``, its
+        end now, so they count as there — a chunk file is kept until the target passes it."""
+        store = self.store
+        with store.locked():
+            state = store.load()
+            state.closes = {cid: (here if close > held else close) for cid, close in state.closes.items()}
+            if state.frontier > held:
+                state.frontier = here
+            if state.done_at is not None and state.done_at > held:
+                state.done_at = here
+            for progress in state.tables.values():
+                if progress.completed_at is not None and progress.completed_at > held:
+                    progress.completed_at = here
+            store.save(state)
 
     # -- running -----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -149,8 +257,9 @@ class BinlogCapture(CaptureLife):
             tables={t.namespace: t for t in self._tables},
             prefix=self.prefix,
             files=session.binary_logs(),
+            epoch=self.resume.epoch,
         )
-        self._reader = BinlogReader(options, self.position)
+        self._reader = BinlogReader(options, self.position, self.resume.gtid)
         self._reader.start()
         self._start_copy()
 
@@ -161,6 +270,7 @@ class BinlogCapture(CaptureLife):
         if self._reader is not None:
             self._reader.stop()
             self._reader = None
+        self._save_checkpoint(force=True)
         if self._session is not None:
             self._session.close()
             self._session = None
@@ -181,7 +291,12 @@ class BinlogCapture(CaptureLife):
             else:
                 got = reader.take(0.05)
             if got is None:
+                # The transactions read whole before the stream ended are appended first.
+                while units and self._append(units):
+                    pass
                 raise reader.error or StreamInterrupted("the binlog stream ended")
+            if not got and self._due is not None:
+                self._save_checkpoint(force=True)  # quiet: the checkpoint catches up now
             if got and not units:
                 first_at = time.monotonic()
             units.extend(got)
@@ -193,19 +308,54 @@ class BinlogCapture(CaptureLife):
                 or time.monotonic() - first_at >= self.options.linger
             )
             if units and ((waiting and got) or (not waiting and due)):
-                done = assemble(units, self.store.load_chunk, limit=self.options.max_append)
-                if done.units:
-                    self._hold(done.batch, done.end)
-                    self.appended += done.batch.num_rows
-                    del units[: done.units]
+                appended = self._append(units)
+                if appended:
                     first_at = time.monotonic()
-                waiting = bool(units) and not done.units
+                waiting = bool(units) and not appended
             if until is not None and not units and until():
                 return
+
+    def _append(self, units: list[Unit]) -> bool:
+        """Assemble the complete units at the head of ``units`` and append them (removed from
+        ``units``); False when none is complete (a window still open)."""
+        done = assemble(units, self.store.load_chunk, limit=self.options.max_append)
+        if not done.units:
+            return False
+        if self._mariadb:
+            for unit in units[: done.units]:
+                if unit.gtid:
+                    advance(self._gtids, unit.gtid)
+            with self._saving:
+                self._held.append((done.end, format_state(self._gtids)))
+        self._hold(done.batch, done.end)
+        self.appended += done.batch.num_rows
+        del units[: done.units]
+        return True
 
     @property
     def wal_end(self) -> int:
         return self.position
+
+    def _confirm(self, position: int) -> None:
+        """The target holds everything before ``position``: its GTID state is the checkpoint due."""
+        if not self._mariadb:
+            return
+        with self._saving:
+            found = None
+            while self._held and self._held[0][0] <= position:
+                found = self._held.popleft()
+            if found is None:
+                return
+            self._due = Checkpoint(self._server_id, self.resume.epoch, found[0], found[1])
+        self._save_checkpoint()
+
+    def _save_checkpoint(self, *, force: bool = False) -> None:
+        with self._saving:
+            due = self._due
+            if due is None or (not force and time.monotonic() - self._saved_at < CHECKPOINT_EVERY):
+                return
+            self.checkpoints.save(due)
+            self._due, self._saved_at = None, time.monotonic()
 
     def sync_point(self) -> int:
         return self.session.emit(self.prefix, Watermark.heartbeat().encode())
@@ -218,4 +368,4 @@ class BinlogCapture(CaptureLife):
         return not all(state.tables.get(t.namespace, TableCopy()).done for t in self._tables)
 
     def _copy_session(self) -> CopySession:
-        return BinlogSession(self.options.dsn)
+        return BinlogSession(self.options.dsn, self.resume.epoch)

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sluiceway.cdc.errors import CdcError, StreamInterrupted
+from sluiceway.cdc.errors import CdcError, LostChangesError, StreamInterrupted
 from sluiceway.cdc.mysql.assemble import Change, Unit, position, split_position
 from sluiceway.cdc.mysql.server import WATERMARKS, BinlogTable
 from sluiceway.cdc.mysql.values import binlog_time, key_text, row_json
@@ -41,6 +41,8 @@ _TRUNCATE = re.compile(r"^\s*TRUNCATE\s+(?:TABLE\s+)?(?:`?([^`.\s]+)`?\.)?`?([^`
 _TIME2 = 19
 #: MariaDB's GTID event flag for a statement with no COMMIT/XID after it (DDL).
 _STANDALONE = 1
+#: ER_MASTER_FATAL_ERROR_READING_BINLOG: the binlog asked for (a file, or a GTID) is not there.
+_CANNOT_SEND = 1236
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,8 @@ class ReaderOptions:
     prefix: str
     #: The binlog file names by sequence number (the start position names one of them).
     files: Mapping[int, str]
+    #: The epoch of the positions read (:mod:`~sluiceway.cdc.mysql.gtid`).
+    epoch: int = 0
 
 
 def _no_silent_reconnect() -> None:
@@ -61,9 +65,13 @@ def _no_silent_reconnect() -> None:
 
 
 class BinlogReader:
-    def __init__(self, options: ReaderOptions, start: int) -> None:
+    """Reads from ``start``'s file and offset, or — ``gtid`` given, after a move to another server
+    — from the place MariaDB finds for that GTID state (the first event names the file)."""
+
+    def __init__(self, options: ReaderOptions, start: int, gtid: str | None = None) -> None:
         self.options = options
         self.start_at = start
+        self.gtid = gtid
         self.error: BaseException | None = None
         self._queue: queue.SimpleQueue[list[Unit] | None] = queue.SimpleQueue()
         self._stop = threading.Event()
@@ -86,10 +94,17 @@ class BinlogReader:
 
         _no_silent_reconnect()
         opts = self.options
-        number, pos = split_position(self.start_at)
-        name = opts.files.get(number)
-        if name is None:
-            raise CdcError(f"binary log number {number} is not on the server")
+        name: str | None = None
+        if self.gtid is None:
+            number, pos = split_position(self.start_at)
+            name = opts.files.get(number)
+            if name is None:
+                raise CdcError(f"binary log number {number} is not on the server")
+            # File and offset: the library reads MariaDB's events either way, but in its MariaDB
+            # mode it starts from a GTID state only.
+            start: dict[str, Any] = {"log_file": name, "log_pos": pos, "is_mariadb": False}
+        else:
+            start = {"auto_position": self.gtid, "is_mariadb": True}
         schemas = {t.schema for t in opts.tables.values()} | {opts.database}
         names = {t.name for t in opts.tables.values()} | {WATERMARKS}
         self._stream = BinLogStreamReader(
@@ -97,11 +112,7 @@ class BinlogReader:
             server_id=opts.server_id,
             blocking=True,
             resume_stream=True,
-            log_file=name,
-            log_pos=pos,
-            # File and offset: the library reads MariaDB's events either way, but in its MariaDB mode
-            # it starts from a GTID state only (and from the first binlog without one).
-            is_mariadb=False,
+            **start,
             only_schemas=sorted(schemas),
             only_tables=sorted(names),
             only_events=[
@@ -159,11 +170,14 @@ class BinlogReader:
             self._thread.join(10)
 
     # -- the thread --------------------------------------------------------------------------------
-    def _run(self, file: str) -> None:
+    def _run(self, file: str | None) -> None:
         rotate, mariadb_gtid, gtid_event, query_event, xid_event, write_event, update_event = self._kinds
         opts = self.options
+        epoch = opts.epoch
         watermark_ns = f"{opts.database}.{WATERMARKS}"
-        number = int(file.rpartition(".")[2])
+        # From a GTID state the server's first event is a rotate naming the file (units come after).
+        number = 0 if file is None else int(file.rpartition(".")[2])
+        file = file or ""
         gtid, mark = "", None
         changes: list[Change] = []
         in_txn = False  # between a transaction's start and its XID/COMMIT
@@ -211,7 +225,7 @@ class BinlogReader:
                 end = event.packet.log_pos
                 pending.append(
                     Unit(
-                        position(number, end),
+                        position(number, end, epoch),
                         file,
                         end,
                         int(event.timestamp) * 1_000_000,
@@ -322,6 +336,12 @@ def _stream_error(exc: BaseException) -> BaseException:
         return exc
     import pymysql
 
+    if isinstance(exc, pymysql.err.OperationalError) and exc.args and exc.args[0] == _CANNOT_SEND:
+        return LostChangesError(
+            f"the server cannot send the binlog from where the capture resumes ({exc.args[1]}): the changes "
+            "since are gone from it (purged, or never on this server); start a fresh log and checkpoint "
+            "to copy the tables again"
+        )
     if isinstance(exc, pymysql.err.OperationalError | pymysql.err.InterfaceError | ConnectionError | OSError):
         return StreamInterrupted(f"the binlog stream was cut: {exc}")
     return exc

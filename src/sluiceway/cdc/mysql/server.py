@@ -75,13 +75,15 @@ def binlog_number(name: str) -> int:
 class BinlogSession:
     """One connection of the capture (not shared between threads)."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, epoch: int = 0) -> None:
         source = parse_dsn(dsn)
         if source.dialect is not Dialect.MYSQL:
             raise CdcError(f"not a MariaDB/MySQL DSN: {source.redacted()} (mysql://user:pass@host:port/db)")
         self.dsn = dsn
         self.database = str(dict(source.mysql_kwargs)["database"])
         self.kwargs = dict(source.mysql_kwargs)
+        #: The epoch of the positions this session gives (:mod:`~sluiceway.cdc.mysql.gtid`).
+        self.epoch = epoch
         self._conn: Any = None
 
     @property
@@ -175,7 +177,19 @@ class BinlogSession:
         found = self.rows("SHOW MASTER STATUS")
         if not found:
             raise CdcError("SHOW MASTER STATUS returned nothing: is the binary log on?")
-        return position(binlog_number(str(found[0][0])), int(found[0][1]))
+        return position(binlog_number(str(found[0][0])), int(found[0][1]), self.epoch)
+
+    def server_id(self) -> int:
+        return int(self.rows("SELECT @@server_id")[0][0])
+
+    def is_mariadb(self) -> bool:
+        return "mariadb" in str(self.rows("SELECT VERSION()")[0][0]).lower()
+
+    def gtid_at(self, file: str, pos: int) -> str:
+        """MariaDB's GTID state at ``file``:``pos`` (an event boundary of this server's binlog;
+        the server reads the file up to there): the last GTID per domain, ``""`` for none."""
+        found = self.rows("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))[0][0]
+        return "" if found is None else str(found)
 
     # -- tables ------------------------------------------------------------------------------------
     def resolve_tables(self, tables: Sequence[str] | str) -> list[BinlogTable]:
