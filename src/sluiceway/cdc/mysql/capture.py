@@ -16,9 +16,10 @@ changes in between are gone) rather than skip them.
 Positions are file and offset on one server. Beside them the capture keeps a GTID checkpoint
 (``binlog.json`` in the state directory, :mod:`~sluiceway.cdc.mysql.gtid`): the server's id and the
 GTID state at a durable position, written as the target confirms (at most every
-:data:`CHECKPOINT_EVERY` seconds while changes stream, and whenever the stream goes quiet or the
-capture closes). On another server — a replica promoted in a failover, behind the same DSN or a
-new one — the capture resumes from that GTID state, where file and offset would mean nothing.
+:data:`CHECKPOINT_EVERY` seconds while changes stream, every :data:`CHECKPOINT_QUIET` once the
+stream is quiet, and when the capture closes). On another server — a replica promoted in a
+failover, behind the same DSN or a new one — the capture resumes from that GTID state, where
+file and offset would mean nothing.
 """
 
 from __future__ import annotations
@@ -54,8 +55,10 @@ from sluiceway.journal.arrow import empty_batch
 
 log = logging.getLogger("sluiceway.cdc")
 
-#: Seconds between GTID checkpoints while changes stream (see the module's docstring).
+#: Seconds between GTID checkpoints while changes stream, and once the stream is quiet (nothing
+#: for a moment); each is an fsynced file (see the module's docstring).
 CHECKPOINT_EVERY = 1.0
+CHECKPOINT_QUIET = 0.2
 
 
 class CheckpointFile:
@@ -270,7 +273,7 @@ class BinlogCapture(CaptureLife):
         if self._reader is not None:
             self._reader.stop()
             self._reader = None
-        self._save_checkpoint(force=True)
+        self._save_checkpoint(every=0.0)
         if self._session is not None:
             self._session.close()
             self._session = None
@@ -295,8 +298,8 @@ class BinlogCapture(CaptureLife):
                 while units and self._append(units):
                     pass
                 raise reader.error or StreamInterrupted("the binlog stream ended")
-            if not got and self._due is not None:
-                self._save_checkpoint(force=True)  # quiet: the checkpoint catches up now
+            if not got and not units and self._due is not None:
+                self._save_checkpoint(every=CHECKPOINT_QUIET)  # quiet: the checkpoint catches up
             if got and not units:
                 first_at = time.monotonic()
             units.extend(got)
@@ -349,10 +352,10 @@ class BinlogCapture(CaptureLife):
             self._due = Checkpoint(self._server_id, self.resume.epoch, found[0], found[1])
         self._save_checkpoint()
 
-    def _save_checkpoint(self, *, force: bool = False) -> None:
+    def _save_checkpoint(self, *, every: float = CHECKPOINT_EVERY) -> None:
         with self._saving:
             due = self._due
-            if due is None or (not force and time.monotonic() - self._saved_at < CHECKPOINT_EVERY):
+            if due is None or time.monotonic() - self._saved_at < every:
                 return
             self.checkpoints.save(due)
             self._due, self._saved_at = None, time.monotonic()
