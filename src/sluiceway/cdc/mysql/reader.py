@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluiceway.cdc.errors import CdcError, LostChangesError, StreamInterrupted
+from sluiceway.cdc.mysql import tablemaps
 from sluiceway.cdc.mysql.assemble import Change, Unit, position, split_position
 from sluiceway.cdc.mysql.server import WATERMARKS, BinlogTable
 from sluiceway.cdc.mysql.values import binlog_time, key_text, row_json
@@ -93,6 +94,7 @@ class BinlogReader:
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
         _no_silent_reconnect()
+        tablemaps.install()
         opts = self.options
         name: str | None = None
         if self.gtid is None:
@@ -121,6 +123,7 @@ class BinlogReader:
             ],
             enable_logging=False,
         )  # fmt: skip
+        self._stream.table_map = tablemaps.TableMap()  # table maps parsed once (see tablemaps)
         self._kinds = (
             RotateEvent,
             MariadbGtidEvent,
@@ -193,7 +196,7 @@ class BinlogReader:
                     # name another table. The library forgets its map only on a rotate the old
                     # server wrote, which a clean shutdown does not (it ends the file with a stop
                     # event), so a table filtered out here would be decoded with a stale layout.
-                    self._stream.table_map = {}
+                    self._stream.table_map = tablemaps.TableMap()
                     continue
                 if isinstance(event, mariadb_gtid):
                     gtid, changes, mark = event.gtid, [], None
