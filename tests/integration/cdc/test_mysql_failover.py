@@ -7,6 +7,7 @@ had the capture's transactions is refused in one line, never read from a wrong p
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -108,7 +109,7 @@ def test_a_server_without_the_captured_transactions_is_refused_in_one_line(
 
 
 def test_a_failover_to_the_promoted_replica_resumes_by_gtid_every_change_once(
-    pair: tuple[PrivateMariaDB, PrivateMariaDB], tmp_path: Path
+    pair: tuple[PrivateMariaDB, PrivateMariaDB], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     primary, replica = pair
     create_tables(primary, DATABASE, orders=2_000, lines=1_000)
@@ -128,19 +129,27 @@ def test_a_failover_to_the_promoted_replica_resumes_by_gtid_every_change_once(
     replicated(primary, replica)
     before = running.capture.durable
     assert epoch_of(before) == 0
-    saved = CheckpointFile(str(tmp_path / "state")).load()
-    assert saved is not None and saved.server_id == 1 and saved.gtid.startswith("0-1-")
 
     # The primary's host dies under the capture; the replica is promoted and written to.
     primary.kill()
     wait_until(lambda: running.error is not None, timeout=30, message="the capture to lose its stream")
     with pytest.raises(Exception, match="binlog stream was cut"):
         running.close()
+    # Closing wrote the checkpoint of what the log holds: the primary's GTID state there.
+    saved = CheckpointFile(str(tmp_path / "state")).load()
+    assert saved is not None and saved.server_id == 1 and saved.position == before
+    assert saved.gtid.startswith("0-1-")
     replica.execute("STOP SLAVE")
     replica.execute("RESET SLAVE ALL")
 
+    caplog.set_level(logging.WARNING, logger="sluiceway.cdc")
     again = Running(options(replica, tmp_path), log)
     assert again.capture.resume.gtid is not None and not again.capture.resume.behind
+    said = [r.getMessage() for r in caplog.records if "GTID state" in r.getMessage()]
+    assert said == [
+        f"cdc: the binlog's positions are another server's (server id 1), this is server id 2: resuming "
+        f"from the GTID state {saved.gtid} (positions of epoch 1)"
+    ]
     writer = Writer(replica, DATABASE, seed=11, pace=0.001)
     writer._version = 5_000_000  # above every version the primary's writer gave
     writer.start()

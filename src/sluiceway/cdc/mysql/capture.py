@@ -216,12 +216,13 @@ class BinlogCapture(CaptureLife):
             state = ""  # MySQL: the checkpoint only says which server the positions are from
         elif resume.gtid is not None:
             self._rebase_copy(held, session.current())
-            if resume.behind:
-                log.warning(
-                    "cdc: the server changed (now server id %s); resuming from the GTID checkpoint %s, "
-                    "which is older than the capture's log: the changes since are sent again",
-                    self._server_id, resume.gtid,
-                )  # fmt: skip
+            log.warning(
+                "cdc: the binlog's positions are another server's (server id %s), this is server id %s: "
+                "resuming from the GTID state %s (positions of epoch %d)%s",
+                "?" if saved is None else saved.server_id, self._server_id, resume.gtid, resume.epoch,
+                "; the GTID checkpoint is older than the capture's log: the changes since are sent again"
+                if resume.behind else "",
+            )  # fmt: skip
             state = resume.gtid
         elif saved is not None and saved.position == held:
             state = saved.gtid
