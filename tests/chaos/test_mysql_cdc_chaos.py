@@ -18,11 +18,10 @@ import pytest
 import yaml
 
 from sluiceway.capture.target import PositionFile
-from sluiceway.cdc.mysql.server import BinlogSession
 from sluiceway.harvest.sequence import sequence_id
 from sluiceway.testing import PrivateMariaDB, wait_until
 from tests.support.cdc import journal_records
-from tests.support.mysql_cdc import Writer, create_tables, source_state
+from tests.support.mysql_cdc import Writer, binlog_end, create_tables, source_state
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -56,14 +55,6 @@ class Process:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
-
-
-def binlog_end(db: PrivateMariaDB) -> int:
-    session = BinlogSession(db.dsn())
-    try:
-        return session.current()
-    finally:
-        session.close()
 
 
 def test_kill_9_four_times_mid_copy_and_mid_sync_and_a_server_restart_lose_nothing(tmp_path: Path) -> None:

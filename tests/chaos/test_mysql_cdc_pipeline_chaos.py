@@ -12,7 +12,6 @@ from typing import Any
 import psycopg
 import pytest
 
-from sluiceway.cdc.mysql.server import BinlogSession
 from sluiceway.cdc.state import SourceState, TableCopy
 from sluiceway.journal import Journal
 from sluiceway.pipeline import PipelineSpec
@@ -20,7 +19,7 @@ from sluiceway.pipeline.operator import read_checkpoint
 from sluiceway.pipeline.sources.adapters import cdc_log_dir
 from sluiceway.testing import PrivateMariaDB, wait_until
 from tests.support.cdc import journal_records, version_regressions
-from tests.support.mysql_cdc import Writer, create_tables, source_state
+from tests.support.mysql_cdc import Writer, binlog_end, create_tables, source_state
 from tests.support.pipeline import kill9, start_pipeline, write_spec
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -38,14 +37,6 @@ def capture_held(spec: PipelineSpec) -> tuple[int, int]:
     """The capture journal's head and the binlog position it holds."""
     with Journal.open(cdc_log_dir(spec), read_only=True) as journal:
         return journal.head, int(journal.registers().get("cdc.lsn", "0"))
-
-
-def binlog_end(db: PrivateMariaDB) -> int:
-    session = BinlogSession(db.dsn(DATABASE))
-    try:
-        return session.current()
-    finally:
-        session.close()
 
 
 def test_kill_9_mid_copy_and_mid_sync_and_a_server_crash_then_once_loses_and_reorders_nothing(
@@ -86,7 +77,7 @@ def test_kill_9_mid_copy_and_mid_sync_and_a_server_crash_then_once_loses_and_reo
             # and the capture never held a position past the server's binlog.
             head, held = capture_held(spec)
             assert committed(spec, "log") <= head and committed(spec, "db") <= head
-            assert held <= binlog_end(db)
+            assert held <= binlog_end(db, DATABASE)
 
         def records() -> int:
             return len(journal_records(tmp_path / "log"))
@@ -130,7 +121,7 @@ def test_kill_9_mid_copy_and_mid_sync_and_a_server_crash_then_once_loses_and_reo
                 restarts = writer.restarts
                 db.restart(crash=True)
                 wait_until(lambda: writer.restarts > restarts, timeout=30, message="the writer to notice")
-                end = binlog_end(db)
+                end = binlog_end(db, DATABASE)
                 read = lambda: capture_held(spec)[1] >= end  # noqa: E731
                 wait_until(read, timeout=180, message="changes after the crash to be read")
                 before = records()

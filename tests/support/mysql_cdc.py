@@ -10,6 +10,7 @@ from typing import Any
 
 import pymysql
 
+from sluiceway.cdc.mysql.server import BinlogSession
 from sluiceway.cdc.mysql.values import key_text, row_json
 from sluiceway.testing import PrivateMariaDB
 
@@ -20,6 +21,15 @@ SCHEMA = (
     "PRIMARY KEY (order_id, line))",
 )
 KEYS = {"orders": ["id"], "order_lines": ["order_id", "line"]}
+
+
+def binlog_end(db: PrivateMariaDB, database: str = "test") -> int:
+    """The end of the server's binlog now, as a capture position."""
+    session = BinlogSession(db.dsn(database))
+    try:
+        return session.current()
+    finally:
+        session.close()
 
 
 def create_tables(db: PrivateMariaDB, database: str, orders: int, lines: int) -> None:

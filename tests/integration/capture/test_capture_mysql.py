@@ -13,20 +13,11 @@ import pytest
 
 from sluiceway.capture import Capture
 from sluiceway.capture.target import PositionFile
-from sluiceway.cdc.mysql.server import BinlogSession
 from sluiceway.testing import Broker, PrivateMariaDB, wait_until
 from tests.support.capture import read_kafka
-from tests.support.mysql_cdc import Writer, create_tables, source_state
+from tests.support.mysql_cdc import Writer, binlog_end, create_tables, source_state
 
 pytestmark = pytest.mark.timeout(240)
-
-
-def binlog_end(db: PrivateMariaDB, database: str) -> int:
-    session = BinlogSession(db.dsn(database))
-    try:
-        return session.current()
-    finally:
-        session.close()
 
 
 def test_kafka_gets_the_copy_then_every_change_in_order_in_the_shared_format(
