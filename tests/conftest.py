@@ -298,6 +298,7 @@ PROCESS_HEAVY = frozenset(
     {
         "tests/chaos/test_cdc_chaos.py",
         "tests/chaos/test_lakehouse_chaos.py",
+        "tests/chaos/test_mysql_cdc_pipeline_chaos.py",
         "tests/chaos/test_pipeline_chaos.py",
         "tests/chaos/test_pipeline_db_restart.py",
         "tests/chaos/test_full_disk.py",
