@@ -9,19 +9,20 @@ from sluiceway.cdc.mysql import tablemaps
 from sluiceway.testing import PrivateMariaDB
 
 
-def rows(db: PrivateMariaDB, start: tuple[str, int], end: int, *, memo: bool) -> list[Any]:
+def rows(db: PrivateMariaDB, start: tuple[str, int], end: int, *, memo: dict[bytes, Any] | None) -> list[Any]:
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.event import XidEvent
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
     stream = BinLogStreamReader(
         connection_settings={"host": "127.0.0.1", "port": db.port, "user": "root", "password": ""},
-        server_id=7310 + memo, blocking=True, resume_stream=True, log_file=start[0], log_pos=start[1],
+        server_id=7311 if memo is not None else 7310, blocking=True, resume_stream=True,
+        log_file=start[0], log_pos=start[1],
         only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent, XidEvent], enable_logging=False,
     )  # fmt: skip
-    if memo:
+    if memo is not None:
         tablemaps.install()
-        stream.table_map = tablemaps.TableMap()
+        stream.table_map = tablemaps.TableMap(memo)
     out: list[Any] = []
     try:
         for event in stream:
@@ -63,11 +64,11 @@ def test_memoized_table_maps_decode_as_the_library_does_across_an_alter(
     db.execute("DELETE FROM other WHERE k = 'k3'", database=binlog_db)
     end = int(db.execute("SHOW MASTER STATUS")[0][1])
 
-    plain = rows(db, (str(name), int(pos)), end, memo=False)
-    before = len(tablemaps._cache)
-    memoized = rows(db, (str(name), int(pos)), end, memo=True)
+    plain = rows(db, (str(name), int(pos)), end, memo=None)
+    memo: dict[bytes, Any] = {}
+    memoized = rows(db, (str(name), int(pos)), end, memo=memo)
     assert len(plain) == 89 and memoized == plain  # 80 inserts, 8 updates, a delete
     assert any("extra" in [c[0] for c in r[3]] for r in memoized if r[2] == "memo")
     # Three distinct table maps (memo before and after the ALTER, other) parsed among 89: the
     # rest were the memo's.
-    assert len(tablemaps._cache) - before == 3
+    assert len(memo) == 3

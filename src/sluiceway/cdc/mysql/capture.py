@@ -146,6 +146,8 @@ class BinlogCapture(CaptureLife):
     #: the state there (MariaDB only).
     _gtids: dict[str, str] = field(default_factory=dict, repr=False)
     _held: collections.deque[tuple[int, str]] = field(default_factory=collections.deque, repr=False)
+    #: The GTID checkpoint as check() found it, and the one due to be written.
+    _saved: Checkpoint | None = field(default=None, repr=False)
     _due: Checkpoint | None = field(default=None, repr=False)
     _saved_at: float = field(default=0.0, repr=False)
     _saving: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -185,7 +187,8 @@ class BinlogCapture(CaptureLife):
         held = self.target.position()
         if held is None:
             return
-        self.resume = plan_resume(held, self._server_id, self.checkpoints.load(), gtids=self._mariadb)
+        self._saved = self.checkpoints.load()
+        self.resume = plan_resume(held, self._server_id, self._saved, gtids=self._mariadb)
         if self.resume.gtid is not None:
             return  # the server says whether it has that GTID state when the reader starts
         files = session.binary_logs()
@@ -204,9 +207,8 @@ class BinlogCapture(CaptureLife):
         session = self.session
         session.ensure_watermarks(self.prefix)
         held = self.target.position()
-        saved = self.checkpoints.load()
+        saved = self._saved  # (None for a new log: check() read none)
         if held is None:
-            saved = None
             held = session.current()
             self.target.append(empty_batch(), held)
         resume = self.resume

@@ -123,7 +123,10 @@ class BinlogReader:
             ],
             enable_logging=False,
         )  # fmt: skip
-        self._stream.table_map = tablemaps.TableMap()  # table maps parsed once (see tablemaps)
+        # Table maps parsed once per distinct event, across rotates (see tablemaps; the library
+        # replaces its map with a plain dict at a rotate, and the rotate below puts ours back).
+        self._memo: dict[bytes, Any] = {}
+        self._stream.table_map = tablemaps.TableMap(self._memo)
         self._kinds = (
             RotateEvent,
             MariadbGtidEvent,
@@ -196,7 +199,7 @@ class BinlogReader:
                     # name another table. The library forgets its map only on a rotate the old
                     # server wrote, which a clean shutdown does not (it ends the file with a stop
                     # event), so a table filtered out here would be decoded with a stale layout.
-                    self._stream.table_map = tablemaps.TableMap()
+                    self._stream.table_map = tablemaps.TableMap(self._memo)
                     continue
                 if isinstance(event, mariadb_gtid):
                     gtid, changes, mark = event.gtid, [], None

@@ -5,8 +5,8 @@ it touched. python-mysql-replication parses each from scratch — the column typ
 metadata with every column's name and charset, a ``Table`` whose primary key it finds by
 building a dict per column — which for one-row transactions is about half of its decoding
 time. An event with the same bytes (table id, names, types, metadata: everything the parse
-reads) parses the same, so :func:`install` memoizes the parse by the event's bytes for the
-streams that ask (a :class:`TableMap` as their table map): a hit copies
+reads, under the same stream's filters) parses the same, so :func:`install` memoizes the parse
+by the event's bytes, per stream, for the streams that ask (a :class:`TableMap`): a hit copies
 the parsed fields and registers the same ``Table`` in the stream's table map. A change of the
 table (``ALTER``, a new table id) changes the bytes, and is parsed afresh.
 
@@ -19,26 +19,24 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-#: Parsed fields by event bytes; cleared when it grows past this (tables times their DDL history).
+#: Parses a stream keeps (tables times their DDL history); past this it starts over.
 LIMIT = 4096
-_cache: dict[tuple[bytes, str], dict[str, Any]] = {}
 _lock = threading.Lock()
 _installed = False
 #: Fields of an event that belong to the stream it came from, not to its parse.
 _PER_STREAM = ("packet", "table_map", "_ctl_connection")
-_FILTERS = (
-    "only_tables",
-    "ignored_tables",
-    "only_schemas",
-    "ignored_schemas",
-    "optional_meta_data",
-    "freeze_schema",
-)
 
 
 class TableMap(dict[int, Any]):
-    """A stream's table map whose events are memoized (streams with a plain dict, other users of
-    the library in the process, parse as the library does)."""
+    """A stream's table map whose events are memoized in ``memo`` (parsed fields by event bytes).
+
+    One stream's maps share one memo: give the map that replaces it (at a rotate) the same
+    ``memo``. Streams with a plain dict — other users of the library in the process — parse as
+    the library does."""
+
+    def __init__(self, memo: dict[bytes, dict[str, Any]] | None = None) -> None:
+        super().__init__()
+        self.memo: dict[bytes, dict[str, Any]] = {} if memo is None else memo
 
 
 def install() -> None:
@@ -53,13 +51,12 @@ def install() -> None:
         original = TableMapEvent.__init__
 
         def __init__(self: Any, from_packet: Any, size: int, table_map: Any, ctl: Any, **kw: Any) -> None:
-            if not isinstance(table_map, TableMap):
+            body = _event_bytes(from_packet, size) if isinstance(table_map, TableMap) else None
+            if body is None:
                 original(self, from_packet, size, table_map, ctl, **kw)
                 return
-            body = _event_bytes(from_packet, size)
-            # The stream's filters decide whether the parse registers the table: part of the key.
-            key = None if body is None else (body, repr([kw.get(f) for f in _FILTERS]))
-            hit = None if key is None else _cache.get(key)
+            memo = table_map.memo
+            hit = memo.get(body)
             if hit is not None:
                 self.__dict__.update(hit)
                 self.packet, self.table_map, self._ctl_connection = from_packet, table_map, ctl
@@ -67,10 +64,10 @@ def install() -> None:
                 table_map[self.table_id] = self.table_obj
                 return
             original(self, from_packet, size, table_map, ctl, **kw)
-            if key is not None and self._processed and getattr(self, "table_obj", None) is not None:
-                if len(_cache) >= LIMIT:
-                    _cache.clear()
-                _cache[key] = {k: v for k, v in self.__dict__.items() if k not in _PER_STREAM}
+            if self._processed and getattr(self, "table_obj", None) is not None:
+                if len(memo) >= LIMIT:
+                    memo.clear()
+                memo[body] = {k: v for k, v in self.__dict__.items() if k not in _PER_STREAM}
 
         TableMapEvent.__init__ = __init__
         _installed = True
