@@ -2,7 +2,8 @@
 servers), the capture reading the primary; the primary crashes, the replica is promoted and takes
 writes, and the capture — pointed at it with the same log and state — resumes from its GTID
 checkpoint: every change once, in order, the log's positions still growing. A server that never
-had the capture's transactions is refused in one line, never read from a wrong place."""
+had the capture's transactions is refused in one line before anything is made, never read from a
+wrong place."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ import pytest
 
 from sluiceway.cdc.errors import LostChangesError
 from sluiceway.cdc.mysql import BinlogOptions
-from sluiceway.cdc.mysql.capture import CheckpointFile, describe_position
+from sluiceway.cdc.mysql.capture import BinlogCapture, CheckpointFile, describe_position
 from sluiceway.cdc.mysql.gtid import epoch_of
-from sluiceway.cdc.mysql.server import BinlogSession
+from sluiceway.cdc.mysql.server import WATERMARKS, BinlogSession
+from sluiceway.cdc.target import JournalTarget
 from sluiceway.testing import PrivateMariaDB, wait_until
 from tests.support.cdc import Running, Sink, capture_records, version_regressions
 from tests.support.mysql_cdc import Writer, create_tables, source_state
@@ -98,13 +100,24 @@ def test_a_server_without_the_captured_transactions_is_refused_in_one_line(
         # The stranger's binlog also has a binlog.000001 and offsets like the primary's; file and
         # offset would read its bytes as if they were the primary's.
         moved = BinlogOptions(stranger.dsn(DATABASE), ("t",), 4712, str(tmp_path / "state"), snapshot="never")
-        second = Running(moved, tmp_path / "log")
-        wait_until(lambda: second.error is not None, timeout=30, message="the capture to refuse")
-        text = str(second.error)
-        assert isinstance(second.error, LostChangesError) and "\n" not in text, text
-        assert "not in the master's binlog" in text and "start a fresh log" in text
-        with pytest.raises(LostChangesError):
+        target = JournalTarget(str(tmp_path / "log"))
+        second = BinlogCapture(moved, target)
+        try:
+            with pytest.raises(LostChangesError) as refused:
+                second.prepare()
+        finally:
             second.close()
+            target.close()
+        text = str(refused.value)
+        assert "\n" not in text, text
+        assert "server id 3 has not written every transaction" in text and "lacks 0-1-" in text
+        assert "start a fresh log" in text
+        # Refused before anything was made: no watermark table on the stranger, the checkpoint
+        # still the primary's, the log as it was.
+        made = "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_NAME = %s"
+        assert stranger.execute(made, (WATERMARKS,))[0][0] == 0
+        kept = CheckpointFile(str(tmp_path / "state")).load()
+        assert kept is not None and kept.server_id == 1
         assert len(capture_records(tmp_path / "log")) == 30
 
 

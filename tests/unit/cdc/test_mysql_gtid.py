@@ -12,6 +12,7 @@ from sluiceway.cdc.mysql.gtid import (
     advance,
     epoch_of,
     format_state,
+    missing,
     parse_state,
     plan_resume,
 )
@@ -69,3 +70,26 @@ def test_a_switch_that_cannot_be_followed_is_refused_in_one_line() -> None:
         plan_resume(HELD, 2, Checkpoint(1, 0, HELD, ""), gtids=True)
     for raised in (mysql, ahead, empty):
         assert "\n" not in str(raised.value)
+
+
+def test_missing_names_the_transactions_a_server_has_not_written() -> None:
+    wanted = "0-1-100,2-2-7"
+    assert missing(wanted, "0-1-100,0-2-3,2-2-9") == []  # it has them (and more)
+    assert missing(wanted, "0-1-98,2-2-7") == ["0-1-100"]  # a replica behind
+    assert missing(wanted, "0-3-500") == ["0-1-100", "2-2-7"]  # another topology
+    assert missing("", "") == []
+
+
+def test_the_server_refusing_the_start_is_lost_changes_in_one_line() -> None:
+    import pymysql
+
+    from sluiceway.cdc.errors import LostChangesError, StreamInterrupted
+    from sluiceway.cdc.mysql.reader import _stream_error
+
+    refused = _stream_error(
+        pymysql.err.OperationalError(1236, "Could not find GTID state requested by slave")
+    )
+    assert isinstance(refused, LostChangesError) and "\n" not in str(refused)
+    assert "Could not find GTID state" in str(refused) and "start a fresh log" in str(refused)
+    cut = _stream_error(pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query"))
+    assert isinstance(cut, StreamInterrupted)

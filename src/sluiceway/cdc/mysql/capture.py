@@ -42,6 +42,7 @@ from sluiceway.cdc.mysql.gtid import (
     advance,
     epoch_of,
     format_state,
+    missing,
     parse_state,
     plan_resume,
 )
@@ -190,7 +191,15 @@ class BinlogCapture(CaptureLife):
         self._saved = self.checkpoints.load()
         self.resume = plan_resume(held, self._server_id, self._saved, gtids=self._mariadb)
         if self.resume.gtid is not None:
-            return  # the server says whether it has that GTID state when the reader starts
+            lacking = missing(self.resume.gtid, session.gtid_binlog_state())
+            if lacking:
+                raise LostChangesError(
+                    f"server id {self._server_id} has not written every transaction the capture's log holds "
+                    f"(it lacks {', '.join(lacking)}): it is behind the server the log was read from, or of "
+                    "another topology; point the capture at a server that has them, or start a fresh log "
+                    "and checkpoint to copy the tables again"
+                )
+            return
         files = session.binary_logs()
         number, _pos = split_position(held)
         if number not in files:

@@ -52,6 +52,23 @@ def format_state(state: Mapping[str, str]) -> str:
     return ",".join(state[d] for d in sorted(state, key=int))
 
 
+def missing(wanted: str, binlog_state: str) -> list[str]:
+    """The GTIDs of the state ``wanted`` a server whose ``@@gtid_binlog_state`` is
+    ``binlog_state`` (the last GTID of each domain and server) has not written: it lacks those
+    transactions, so a stream from ``wanted`` cannot start there."""
+    have: dict[tuple[str, str], int] = {}
+    for part in binlog_state.split(","):
+        fields = part.strip().split("-")
+        if len(fields) == 3 and fields[2].isdigit():
+            have[(fields[0], fields[1])] = int(fields[2])
+    out = []
+    for gtid in parse_state(wanted).values():
+        domain, server, seq = gtid.split("-", 2)
+        if have.get((domain, server), -1) < int(seq):
+            out.append(gtid)
+    return out
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     """At ``position`` (the capture's numbering, epoch included) the GTID state was ``gtid``;

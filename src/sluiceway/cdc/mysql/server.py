@@ -185,6 +185,10 @@ class BinlogSession:
     def is_mariadb(self) -> bool:
         return "mariadb" in str(self.rows("SELECT VERSION()")[0][0]).lower()
 
+    def gtid_binlog_state(self) -> str:
+        """The last GTID of each domain and server in this server's binlog (MariaDB)."""
+        return str(self.rows("SELECT @@gtid_binlog_state")[0][0] or "")
+
     def gtid_at(self, file: str, pos: int) -> str:
         """MariaDB's GTID state at ``file``:``pos`` (an event boundary of this server's binlog;
         the server reads the file up to there): the last GTID per domain, ``""`` for none."""
