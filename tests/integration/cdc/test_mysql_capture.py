@@ -42,7 +42,9 @@ def test_copy_under_a_writer_then_sync_equals_the_source(
         binlog_mariadb.execute(
             "ALTER TABLE orders ADD COLUMN extra INT NOT NULL DEFAULT 5", database=binlog_db
         )
-        wait_until(lambda: writer.ops > 1_500, timeout=60, message="more writes")
+        # Writes after the ALTER (the copy may take longer than any fixed number of writes).
+        altered_at = writer.ops
+        wait_until(lambda: writer.ops > altered_at + 1_500, timeout=60, message="more writes")
     finally:
         writer.stop()
     assert running.error is None
