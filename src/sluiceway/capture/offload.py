@@ -355,6 +355,14 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+def _end_within_close_wait(_signum: int, _frame: Any) -> None:
+    """The child's SIGTERM: the pipe's end is waited for, at most :data:`CLOSE_WAIT` (as long as the
+    capture's close waits for us), then the process ends without its cleanup."""
+    timer = threading.Timer(CLOSE_WAIT, os._exit, (1,))
+    timer.daemon = True
+    timer.start()
+
+
 def _serve(
     conn: Connection,
     config: CaptureConfig,
@@ -367,10 +375,13 @@ def _serve(
 ) -> None:
     """The child process: a :class:`PublishTarget` fed the parent's appends until it says close."""
     _die_with_parent(parent)
-    # Ctrl-C reaches a terminal's whole process group: it is the capture's to handle, and it
-    # closes us in turn. SIGTERM ends us (multiprocessing's own exit handler ends daemonic
-    # children so): what we had in flight is sent again by the next term.
+    # Ctrl-C reaches a terminal's whole process group, and a service manager's SIGTERM the whole
+    # control group: the stop is the capture's to make, and it closes the pipe, which ends us
+    # after what we hold is sent. Dying at once instead would show the capture a failed term
+    # ("killed by signal 15; trying again") while it stops cleanly. A SIGTERM sent to us alone
+    # (multiprocessing's exit handler ends daemonic children so) still ends us, within CLOSE_WAIT.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _end_within_close_wait)
     report = _Outbox(conn)
     root = logging.getLogger()
     root.handlers[:] = [_RelayHandler(report)]

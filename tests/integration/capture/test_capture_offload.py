@@ -111,6 +111,44 @@ def test_the_publishing_process_dies_with_a_capture_killed_by_sigkill(
             capture.wait(10)
 
 
+def test_sigterm_to_the_whole_process_group_is_a_clean_stop(
+    items: str, place: Place, tmp_path: Path
+) -> None:
+    """A service manager (systemd's default) or ``kill -- -PGID`` signals the publishing process
+    too: the capture still stops as it would alone, exit 0, no failed term logged, and what it
+    confirmed is in the destination."""
+    cfg = redis_capture(items, "off_term", place, tmp_path / "state")
+    spec = tmp_path / "capture.yaml"
+    spec.write_text(yaml.safe_dump(cfg))
+    writer = ItemsWriter(items, pace=0.003)
+    capture = subprocess.Popen(
+        [sys.executable, "-m", "sluiceway.cli.main", "capture", "-f", str(spec)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        wait_until(lambda: slot_confirmed(items, "off_term") > 0, timeout=60, message="the slot")
+        writer.start()
+        wait_until(lambda: writer.ops >= 150, timeout=60, message="150 writes")
+        (child,) = publishers_of(capture.pid)
+        os.killpg(capture.pid, signal.SIGTERM)
+        _, err = capture.communicate(timeout=60)
+        assert capture.returncode == 0, err
+        assert "trying again" not in err and "killed by signal" not in err, err
+        assert "capture stopped" in err, err
+        assert not alive(child)
+    finally:
+        if capture.poll() is None:
+            capture.kill()
+            capture.wait(10)
+    # The next run goes on from where the stop confirmed: nothing lost, nothing out of order.
+    with Capture(cfg):
+        caught_up(items, "off_term", writer)
+    check_changes(everything(place, writer), writer, source_rows(items))
+
+
 def test_a_publishing_process_that_dies_ends_the_term_and_the_next_sends_everything(
     items: str, place: Place, tmp_path: Path
 ) -> None:
