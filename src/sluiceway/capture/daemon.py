@@ -27,11 +27,17 @@ from typing import Any
 from sluiceway.capture.config import CaptureConfig
 from sluiceway.capture.metrics import CaptureMeter
 from sluiceway.capture.offload import ProcessTarget
-from sluiceway.capture.publishing import Wrapper, open_target
+from sluiceway.capture.publishing import Wrapper, open_target, published_file
 from sluiceway.capture.target import DeliveryFailed, PublishTarget
 from sluiceway.cdc.capture import CaptureOptions, SlotCapture
 from sluiceway.cdc.errors import SlotInUseError, StreamInterrupted
-from sluiceway.cdc.mysql.capture import BinlogCapture, BinlogOptions, describe_position
+from sluiceway.cdc.mysql.capture import (
+    BinlogCapture,
+    BinlogOptions,
+    CheckpointFile,
+    check_resume,
+    describe_position,
+)
 from sluiceway.cdc.mysql.server import BinlogSession
 from sluiceway.cdc.pgoutput import format_lsn
 from sluiceway.cdc.postgres import CdcSession, TableSpec
@@ -175,6 +181,14 @@ class Capture(Elected):
             try:
                 binlog.check_server()
                 binlog.resolve_tables(self.options.tables)
+                # What the term's check refuses (a server the published positions are not of, or
+                # that purged them), refused before the campaign: it reads the same two files.
+                held = published_file(self.config.capture).read()
+                if held is not None:
+                    saved = CheckpointFile(self.options.state_dir).load()
+                    check_resume(
+                        binlog, held, saved, server_id=binlog.server_id(), mariadb=binlog.is_mariadb()
+                    )
             finally:
                 binlog.close()
             return

@@ -5,14 +5,19 @@ change per key in order, the messages in the PostgreSQL capture's shape with the
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from sluiceway.capture import Capture
 from sluiceway.capture.target import PositionFile
+from sluiceway.cdc.mysql.capture import CheckpointFile
+from sluiceway.cdc.mysql.gtid import Checkpoint
 from sluiceway.testing import Broker, PrivateMariaDB, wait_until
 from tests.support.capture import read_kafka
 from tests.support.mysql_cdc import Writer, binlog_end, create_tables, source_state
@@ -91,3 +96,53 @@ def test_kafka_gets_the_copy_then_every_change_in_order_in_the_shared_format(
     headers = {k: v.decode() for k, v in message.headers()}
     assert headers["mysql.file"] == source["file"] and headers["mysql.pos"] == str(source["pos"])
     assert headers["sluice.op"] == "update" and "mysql.before" not in headers
+
+
+def test_a_server_the_saved_positions_are_not_of_is_refused_before_the_campaign(
+    binlog_mariadb: PrivateMariaDB, binlog_db: str, tmp_path: Path
+) -> None:
+    """A capture that published from a server whose transactions this one never had (pointed at
+    the wrong server: its GTID checkpoint names server id 77): `sluice capture` says so in one
+    line and exits 1 before it takes a lease or makes its watermark table."""
+    database = f"{binlog_db}_s"[:64]
+    create_tables(binlog_mariadb, database, orders=10, lines=10)
+    try:
+        _refused_before_the_campaign(binlog_mariadb, database, tmp_path)
+    finally:
+        binlog_mariadb.execute(f"DROP DATABASE IF EXISTS `{database}`")
+
+
+def _refused_before_the_campaign(binlog_mariadb: PrivateMariaDB, binlog_db: str, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    held = binlog_end(binlog_mariadb, binlog_db)
+    PositionFile(state / "published.lsn").write(held)
+    CheckpointFile(str(state)).save(Checkpoint(server_id=77, epoch=0, position=held, gtid="0-77-5000"))
+    spec = tmp_path / "capture.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "capture": {
+                    "name": "mstranger",
+                    "dsn": binlog_mariadb.dsn(binlog_db),
+                    "tables": ["orders"],
+                    "serverId": 6101,
+                    "stateDir": str(state),
+                    "journal": {"path": str(tmp_path / "journal")},
+                    "startupTimeout": "1s",
+                }
+            }
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "sluiceway.cli.main", "capture", "-f", str(spec)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "lacks 0-77-5000" in lines[0], done.stderr
+    conn = binlog_mariadb.connect(binlog_db)
+    with conn.cursor() as cur:
+        cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (binlog_db,))
+        made = {str(row[0]) for row in cur.fetchall()}
+    conn.close()
+    assert made == {"orders", "order_lines"}, made

@@ -111,9 +111,7 @@ def test_the_publishing_process_dies_with_a_capture_killed_by_sigkill(
             capture.wait(10)
 
 
-def test_sigterm_to_the_whole_process_group_is_a_clean_stop(
-    items: str, place: Place, tmp_path: Path
-) -> None:
+def test_sigterm_to_the_whole_process_group_is_a_clean_stop(items: str, place: Place, tmp_path: Path) -> None:
     """A service manager (systemd's default) or ``kill -- -PGID`` signals the publishing process
     too: the capture still stops as it would alone, exit 0, no failed term logged, and what it
     confirmed is in the destination."""

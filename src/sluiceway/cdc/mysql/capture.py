@@ -122,6 +122,36 @@ def describe_position(value: int, files: dict[int, str] | None = None) -> str:
     return f"{name}:{pos}" + (f" (epoch {epoch})" if epoch else "")
 
 
+def check_resume(
+    session: BinlogSession, held: int, saved: Checkpoint | None, *, server_id: int, mariadb: bool
+) -> Resume:
+    """Where a capture holding ``held`` (its log's position) resumes on ``session``'s server, or
+    the one-line refusal: another server with no GTID state to go on from (MySQL), one that lacks
+    transactions the log holds, a binlog purged past the position. Reads only."""
+    resume = plan_resume(held, server_id, saved, gtids=mariadb)
+    if resume.gtid is not None:
+        lacking = missing(resume.gtid, session.gtid_binlog_state())
+        if lacking:
+            raise LostChangesError(
+                f"server id {server_id} has not written every transaction the capture's log holds "
+                f"(it lacks {', '.join(lacking)}): it is behind the server the log was read from, or of "
+                "another topology; point the capture at a server that has them, or start a fresh log "
+                "and checkpoint to copy the tables again"
+            )
+        return resume
+    files = session.binary_logs()
+    number, _pos = split_position(held)
+    if number not in files:
+        first = min(files, default=None)
+        since = "" if first is None else f" (the oldest the server has is {files[first]})"
+        raise LostChangesError(
+            f"the capture's log holds changes up to {describe_position(held)} but the server no longer "
+            f"has that binary log{since}: the changes since were purged. Start from a fresh log and "
+            "checkpoint to copy the tables again (and keep binlogs longer: binlog_expire_logs_seconds)."
+        )
+    return resume
+
+
 @dataclass
 class BinlogCapture(CaptureLife):
     """Streams the binlog into ``target``. ``prepare()``, ``start()``, then ``run()`` or ``catch_up()``."""
@@ -189,27 +219,9 @@ class BinlogCapture(CaptureLife):
         if held is None:
             return
         self._saved = self.checkpoints.load()
-        self.resume = plan_resume(held, self._server_id, self._saved, gtids=self._mariadb)
-        if self.resume.gtid is not None:
-            lacking = missing(self.resume.gtid, session.gtid_binlog_state())
-            if lacking:
-                raise LostChangesError(
-                    f"server id {self._server_id} has not written every transaction the capture's log holds "
-                    f"(it lacks {', '.join(lacking)}): it is behind the server the log was read from, or of "
-                    "another topology; point the capture at a server that has them, or start a fresh log "
-                    "and checkpoint to copy the tables again"
-                )
-            return
-        files = session.binary_logs()
-        number, _pos = split_position(held)
-        if number not in files:
-            first = min(files, default=None)
-            since = "" if first is None else f" (the oldest the server has is {files[first]})"
-            raise LostChangesError(
-                f"the capture's log holds changes up to {describe_position(held)} but the server no longer "
-                f"has that binary log{since}: the changes since were purged. Start from a fresh log and "
-                "checkpoint to copy the tables again (and keep binlogs longer: binlog_expire_logs_seconds)."
-            )
+        self.resume = check_resume(
+            session, held, self._saved, server_id=self._server_id, mariadb=self._mariadb
+        )
 
     def prepare(self) -> None:
         self.check()
