@@ -36,6 +36,7 @@ from sluiceway.cdc.mysql.capture import (
     BinlogOptions,
     CheckpointFile,
     check_resume,
+    check_writable,
     describe_position,
 )
 from sluiceway.cdc.mysql.server import BinlogSession
@@ -180,7 +181,7 @@ class Capture(Elected):
             binlog = BinlogSession(self.options.dsn)
             try:
                 binlog.check_server()
-                binlog.resolve_tables(self.options.tables)
+                check_writable(binlog, self.options, binlog.resolve_tables(self.options.tables))
                 # What the term's check refuses (a server the published positions are not of, or
                 # that purged them), refused before the campaign: it reads the same two files.
                 held = published_file(self.config.capture).read()

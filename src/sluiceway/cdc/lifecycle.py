@@ -78,9 +78,14 @@ class CaptureLife:
             if not self._stop.is_set():
                 self._copy_error = exc  # the appender raises it
 
-    def sync_point(self) -> int:
-        """Write a heartbeat watermark now; a position at or past it (caught up once past it)."""
+    def sync_point(self) -> int | str:
+        """Write a heartbeat watermark now; a position at or past it (caught up once past it).
+        A capture that may write nothing names the point otherwise (see :meth:`reached`)."""
         raise NotImplementedError
+
+    def reached(self, point: int | str) -> bool:
+        """The target holds everything up to the :meth:`sync_point` ``point`` durably."""
+        return self.durable >= int(point)
 
     def _confirm(self, position: int) -> None:
         """Tell the server the target holds everything before ``position`` (nothing by default)."""
@@ -116,7 +121,7 @@ class CaptureLife:
     def catch_up(self, timeout: float | None = None) -> None:
         """Stream until the copy is complete and every change committed before now is appended."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        point: list[int] = []
+        point: list[int | str] = []
 
         def caught_up() -> bool:
             if deadline is not None and time.monotonic() > deadline:
@@ -125,7 +130,7 @@ class CaptureLife:
                 return False
             if not point:
                 point.append(self.sync_point())
-            return self.durable >= point[0]
+            return self.reached(point[0])
 
         self.run(until=caught_up)
 

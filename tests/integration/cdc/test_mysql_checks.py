@@ -13,6 +13,7 @@ from sluiceway.cdc.mysql import BinlogCapture, BinlogOptions
 from sluiceway.cdc.mysql.server import WATERMARKS
 from sluiceway.cdc.target import JournalTarget
 from sluiceway.testing import PrivateMariaDB, wait_until
+from tests.support.cdc import capture_records
 from tests.support.cli import sluice
 
 pytestmark = pytest.mark.timeout(120)
@@ -138,3 +139,58 @@ def test_the_pipeline_refuses_a_table_without_a_key_in_one_line_before_spark(
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "has no primary key" in lines[0], done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.fixture()
+def read_only(binlog_mariadb: PrivateMariaDB, binlog_db: str) -> Iterator[str]:
+    """The server as a replica is: ``read_only`` on (root, with SUPER, still writes — so what the
+    capture writes would land: the test sees it). A database of the test's own."""
+    database = f"{binlog_db}_ro"[:64]
+    binlog_mariadb.execute(f"CREATE DATABASE `{database}`")
+    binlog_mariadb.execute("CREATE TABLE items (id INT PRIMARY KEY, v INT)", database=database)
+    binlog_mariadb.execute("SET GLOBAL read_only = 1")
+    try:
+        yield database
+    finally:
+        binlog_mariadb.execute("SET GLOBAL read_only = 0")
+        binlog_mariadb.execute(f"DROP DATABASE IF EXISTS `{database}`")
+
+
+def test_a_read_only_replica_streams_changes_and_writes_nothing_there(
+    binlog_mariadb: PrivateMariaDB, read_only: str, tmp_path: Path
+) -> None:
+    """With ``snapshot: never`` a capture of a read-only server makes no watermark table and
+    writes no heartbeat; catching up (as ``--once`` does) still ends, a binlog rotated after the
+    last transaction included, with every change in the log."""
+    dsn = binlog_mariadb.dsn(read_only)
+    target = JournalTarget(str(tmp_path / "log"))
+    options = BinlogOptions(dsn, ("items",), 4402, str(tmp_path / "state"), snapshot="never")
+    cap = BinlogCapture(options, target)
+    try:
+        cap.prepare()
+        cap.start()
+        for i in range(1, 41):
+            binlog_mariadb.execute("INSERT INTO items VALUES (%s, %s)", (i, i), database=read_only)
+        binlog_mariadb.execute("UPDATE items SET v = v + 100 WHERE id <= 10", database=read_only)
+        binlog_mariadb.execute("FLUSH BINARY LOGS")  # the binlog's end now past any transaction
+        cap.catch_up(timeout=60)
+    finally:
+        cap.close()
+        target.close()
+    records = capture_records(tmp_path / "log")
+    assert len(records) == 50, len(records)
+    tables = binlog_mariadb.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (read_only,)
+    )
+    assert [str(t[0]) for t in tables] == ["items"], tables  # no watermark table
+
+
+def test_a_copy_on_a_read_only_replica_is_refused_in_one_line_before_anything_is_made(
+    binlog_mariadb: PrivateMariaDB, read_only: str, tmp_path: Path
+) -> None:
+    text = refusal(binlog_mariadb.dsn(read_only), tmp_path, ("items",))
+    assert "read-only" in text and "snapshot: never" in text and WATERMARKS in text, text
+    tables = binlog_mariadb.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s", (read_only,)
+    )
+    assert [str(t[0]) for t in tables] == ["items"]

@@ -40,6 +40,7 @@ from sluiceway.cdc.mysql.gtid import (
     Checkpoint,
     Resume,
     advance,
+    covers,
     epoch_of,
     format_state,
     missing,
@@ -47,7 +48,7 @@ from sluiceway.cdc.mysql.gtid import (
     plan_resume,
 )
 from sluiceway.cdc.mysql.reader import BinlogReader, ReaderOptions
-from sluiceway.cdc.mysql.server import BinlogSession, BinlogTable
+from sluiceway.cdc.mysql.server import WATERMARKS, BinlogSession, BinlogTable
 from sluiceway.cdc.state import SourceState, TableCopy
 from sluiceway.cdc.target import CaptureTarget
 from sluiceway.cdc.watermark import Watermark
@@ -122,6 +123,28 @@ def describe_position(value: int, files: dict[int, str] | None = None) -> str:
     return f"{name}:{pos}" + (f" (epoch {epoch})" if epoch else "")
 
 
+def copy_due(options: BinlogOptions, tables: list[BinlogTable]) -> bool:
+    """A table is still to be copied (``snapshot: initial`` and the state directory says so)."""
+    if options.snapshot != "initial":
+        return False
+    state = SourceState(options.state_dir).load()
+    return not all(state.tables.get(t.namespace, TableCopy()).done for t in tables)
+
+
+def check_writable(session: BinlogSession, options: BinlogOptions, tables: list[BinlogTable]) -> bool:
+    """Whether the server is read-only (a replica: the capture then writes nothing there); a
+    copy still to do is refused on one, in one line. Reads only."""
+    if not session.read_only():
+        return False
+    if copy_due(options, tables):
+        raise CdcError(
+            f"server id {session.server_id()} is read-only (read_only=ON, a replica): the copy marks its "
+            f"chunks in the binlog by writing to {session.database}.{WATERMARKS}, which must not happen "
+            "there; copy from the primary, or set snapshot: never to stream changes only"
+        )
+    return True
+
+
 def check_resume(
     session: BinlogSession, held: int, saved: Checkpoint | None, *, server_id: int, mariadb: bool
 ) -> Resume:
@@ -182,6 +205,10 @@ class BinlogCapture(CaptureLife):
     _due: Checkpoint | None = field(default=None, repr=False)
     _saved_at: float = field(default=0.0, repr=False)
     _saving: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: The GTID state at the durable position (MariaDB).
+    _durable_gtids: str = field(default="", repr=False)
+    #: The server is read-only (a replica): nothing is written there, no watermark either.
+    _read_only: bool = field(default=False, repr=False)
 
     @property
     def prefix(self) -> str:
@@ -215,6 +242,7 @@ class BinlogCapture(CaptureLife):
         session.check_server()
         self._tables = session.resolve_tables(self.options.tables)
         self._server_id, self._mariadb = session.server_id(), session.is_mariadb()
+        self._read_only = check_writable(session, self.options, self._tables)
         held = self.target.position()
         if held is None:
             return
@@ -226,7 +254,8 @@ class BinlogCapture(CaptureLife):
     def prepare(self) -> None:
         self.check()
         session = self.session
-        session.ensure_watermarks(self.prefix)
+        if not self._read_only:
+            session.ensure_watermarks(self.prefix)
         held = self.target.position()
         saved = self._saved  # (None for a new log: check() read none)
         if held is None:
@@ -253,6 +282,7 @@ class BinlogCapture(CaptureLife):
             number, pos = split_position(held)
             state = session.gtid_at(session.binary_logs()[number], pos)
         self._gtids = parse_state(state)
+        self._durable_gtids = state
         # Written at once: from here the held position counts as this server's (its epoch).
         self.checkpoints.save(Checkpoint(self._server_id, resume.epoch, held, state))
         self._saved_at = time.monotonic()
@@ -374,6 +404,7 @@ class BinlogCapture(CaptureLife):
             if found is None:
                 return
             self._due = Checkpoint(self._server_id, self.resume.epoch, found[0], found[1])
+            self._durable_gtids = found[1]
         self._save_checkpoint()
 
     def _save_checkpoint(self, *, every: float = CHECKPOINT_EVERY) -> None:
@@ -384,15 +415,25 @@ class BinlogCapture(CaptureLife):
             self.checkpoints.save(due)
             self._due, self._saved_at = None, time.monotonic()
 
-    def sync_point(self) -> int:
-        return self.session.emit(self.prefix, Watermark.heartbeat().encode())
+    def sync_point(self) -> int | str:
+        if not self._read_only:
+            return self.session.emit(self.prefix, Watermark.heartbeat().encode())
+        if self._mariadb:
+            # No heartbeat can be written: the point is the server's GTIDs now, reached once the
+            # target holds a transaction at or past each (a binlog's end may lie past the last
+            # transaction, after a rotation, where no position the stream reports reaches it).
+            return self.session.gtid_binlog_pos()
+        return self.session.current()
+
+    def reached(self, point: int | str) -> bool:
+        if isinstance(point, str):
+            with self._saving:
+                return covers(self._durable_gtids, point)
+        return super().reached(point)
 
     # -- the copy ----------------------------------------------------------------------------------
     def copying(self) -> bool:
-        if self.options.snapshot != "initial":
-            return False
-        state = self.store.load()
-        return not all(state.tables.get(t.namespace, TableCopy()).done for t in self._tables)
+        return copy_due(self.options, self._tables)
 
     def _copy_session(self) -> CopySession:
         return BinlogSession(self.options.dsn, self.resume.epoch)

@@ -52,6 +52,20 @@ def format_state(state: Mapping[str, str]) -> str:
     return ",".join(state[d] for d in sorted(state, key=int))
 
 
+def covers(state: str, wanted: str) -> bool:
+    """``state`` (a capture's, last GTID per domain) is at or past ``wanted`` (a server's
+    ``@@gtid_binlog_pos``) in every domain: each domain's sequence numbers only grow, whichever
+    server wrote them.
+
+    >>> covers("0-1-10,1-2-3", "0-2-9,1-2-3"), covers("0-1-10", "0-1-10,1-2-1")
+    (True, False)
+    """
+    have = {domain: int(gtid.rsplit("-", 1)[1]) for domain, gtid in parse_state(state).items()}
+    return all(
+        have.get(domain, -1) >= int(gtid.rsplit("-", 1)[1]) for domain, gtid in parse_state(wanted).items()
+    )
+
+
 def missing(wanted: str, binlog_state: str) -> list[str]:
     """The GTIDs of the state ``wanted`` a server whose ``@@gtid_binlog_state`` is
     ``binlog_state`` (the last GTID of each domain and server) has not written: it lacks those

@@ -182,6 +182,14 @@ class BinlogSession:
     def server_id(self) -> int:
         return int(self.rows("SELECT @@server_id")[0][0])
 
+    def read_only(self) -> bool:
+        """``read_only`` is on (a replica, as a rule): the capture must write nothing there."""
+        return str(self.rows("SELECT @@read_only")[0][0]).upper() not in ("0", "OFF")
+
+    def gtid_binlog_pos(self) -> str:
+        """The last GTID of each domain in this server's binlog (MariaDB)."""
+        return str(self.rows("SELECT @@gtid_binlog_pos")[0][0] or "")
+
     def is_mariadb(self) -> bool:
         return "mariadb" in str(self.rows("SELECT VERSION()")[0][0]).lower()
 
