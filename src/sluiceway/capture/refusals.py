@@ -7,7 +7,8 @@ have:
 
 * by default the capture **stops** on it, and records the *stuck* change here — table, key,
   position, size, the destination's words — for ``sluice capture inspect``;
-* ``sluice capture skip --lsn X`` (X: the stuck change's position, as ``inspect`` prints it)
+* ``sluice capture skip --lsn X`` (X: the stuck change's position, as ``inspect`` prints it: an
+  LSN, or a binlog's ``binlog.000003:1234``)
   records a *skip*: the next term passes over exactly that change (its sequence id), counted;
 * with ``deadLetter:`` configured the change goes there instead, with its refusal in headers,
   and the stream goes on, counted.
@@ -27,6 +28,8 @@ from typing import Any
 
 from sluiceway.capture.mapping import INDEX_BITS
 from sluiceway.cdc.errors import CdcError
+from sluiceway.cdc.mysql.assemble import FILE_HEADER, split_position
+from sluiceway.cdc.mysql.capture import describe_position, parse_position
 from sluiceway.cdc.pgoutput import format_lsn, parse_lsn
 from sluiceway.files import exclusive, write_json
 
@@ -49,6 +52,9 @@ class RefusedChange:
     refusal: str
     #: When it was refused (seconds since the epoch).
     at: float = field(default_factory=time.time)
+    #: Its transaction's position as the source writes it: an LSN (``0/1A2B3C8``) or a binlog's
+    #: ``binlog.000003:1234`` ("": a file of an earlier version, an LSN).
+    position: str = ""
 
     @property
     def lsn(self) -> int:
@@ -60,13 +66,18 @@ class RefusedChange:
         """Its place in its transaction (0 for the first change)."""
         return self.sid & ((1 << INDEX_BITS) - 1)
 
+    @property
+    def where(self) -> str:
+        """Its transaction's position as ``inspect`` prints it and ``skip --lsn`` takes it."""
+        return self.position or format_lsn(self.lsn)
+
     def describe(self) -> str:
         """One line: ``public.items key '7' at 0/1A2B3C8 (change 3 of its transaction), 5,242,880 bytes``."""
         place = f"change {self.index + 1} of its transaction"
-        return f"{self.table} key {self.key!r} at {format_lsn(self.lsn)} ({place}), {self.size:,} bytes"
+        return f"{self.table} key {self.key!r} at {self.where} ({place}), {self.size:,} bytes"
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "lsn": format_lsn(self.lsn)}
+        return {**asdict(self), "lsn": self.where, "position": self.where}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RefusedChange:
@@ -166,13 +177,16 @@ class RefusalLog:
             self._change(edit)
 
     # -- the operator ---------------------------------------------------------------------------
-    def skip(self, lsn: str) -> RefusedChange:
-        """Record that the stuck change at ``lsn`` is to be passed over; it is no longer stuck.
-        Raises :class:`CdcError` when nothing is stuck or ``lsn`` is not the stuck change's."""
+    def skip(self, lsn: str, *, binlog: bool = False) -> RefusedChange:
+        """Record that the stuck change at ``lsn`` (an LSN, or for a ``binlog`` capture
+        ``binlog.000003:1234``) is to be passed over; it is no longer stuck. Raises
+        :class:`CdcError` when nothing is stuck or ``lsn`` is not the stuck change's."""
         try:
-            wanted = parse_lsn(lsn.strip())
+            wanted = parse_position(lsn) if binlog else parse_lsn(lsn.strip())
         except ValueError:
-            raise CdcError(f"--lsn {lsn!r} is not a position (X/Y in hex, as inspect prints it)") from None
+            form = "binlog.000003:1234" if binlog else "X/Y in hex"
+            raise CdcError(f"--lsn {lsn!r} is not a position ({form}, as inspect prints it)") from None
+        shown = " ".join(lsn.split()) if binlog else format_lsn(wanted)
         chosen: list[RefusedChange] = []
 
         def edit(refusals: Refusals) -> None:
@@ -184,8 +198,8 @@ class RefusalLog:
                 )
             if stuck.lsn != wanted:
                 raise CdcError(
-                    f"the stuck change is at {format_lsn(stuck.lsn)} ({stuck.table} key {stuck.key!r}), "
-                    f"not {format_lsn(wanted)}: nothing skipped (sluice capture inspect shows it)"
+                    f"the stuck change is at {stuck.where} ({stuck.table} key {stuck.key!r}), "
+                    f"not {shown}: nothing skipped (sluice capture inspect shows it)"
                 )
             refusals.skips.append(stuck)
             refusals.stuck = None
@@ -200,7 +214,10 @@ def refused(record: Any, topic: str, error: str) -> RefusedChange:
     headers = dict(record.headers)
     table = headers.get("pg.table") or _table_of(record.value) or topic
     size = len(record.value) if record.value is not None else 0
-    return RefusedChange(record.id, table, record.key, topic, size, error[:MAX_REFUSAL])
+    lsn = record.id >> INDEX_BITS
+    file = headers.get(FILE_HEADER)  # a binlog's change: its position in the binlog's own terms
+    where = format_lsn(lsn) if file is None else describe_position(lsn, {split_position(lsn)[0]: file})
+    return RefusedChange(record.id, table, record.key, topic, size, error[:MAX_REFUSAL], position=where)
 
 
 def _table_of(value: bytes | None) -> str | None:

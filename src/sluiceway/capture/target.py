@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import shlex
 import threading
 import time
 from collections import deque
@@ -41,7 +42,6 @@ from sluiceway.capture.mapping import TopicMap, to_columns
 from sluiceway.capture.metrics import PublishMeter
 from sluiceway.capture.refusals import RefusalLog, RefusedChange, refused
 from sluiceway.cdc.errors import CdcError
-from sluiceway.cdc.pgoutput import format_lsn
 from sluiceway.errors import PublishError
 from sluiceway.harvest.ports import ColumnsDone, Delivery, Publisher, SendsColumns, columns_via_send
 from sluiceway.outbox.record import RecordColumns
@@ -264,10 +264,10 @@ class PublishTarget:
         change = refused(record, record.topic, f"{delivery.error}{also}")
         if self.refusals is not None:
             self.refusals.stopped_on(change)
-        lsn = format_lsn(change.lsn)
         return UndeliverableChange(
             f"the destination can never accept the change to {change.describe()}: {delivery.error}{also} "
-            f"(sluice capture inspect shows it; sluice capture skip --lsn {lsn} passes over it, or give "
+            f"(sluice capture inspect shows it; sluice capture skip --lsn {shlex.quote(change.where)} "
+            "passes over it, or give "
             "the capture a deadLetter: destination)"
         )
 

@@ -38,6 +38,24 @@ class SlotStatus:
     active_pid: int | None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BinlogStatus:
+    """A binlog capture's place on its server, which keeps nothing for it (no slot): binlogs are
+    purged by age, so ``behind_bytes`` is how much of the binlog the capture has yet to publish."""
+
+    #: The server's ``@@server_id``.
+    server_id: int
+    #: The end of the server's binlog now (``binlog.000004:1234``).
+    end: str
+    #: Binlog bytes the server wrote after the position the capture's target holds (``None``: no
+    #: position yet, a position of another server, or its file purged).
+    behind_bytes: int | None
+    #: The GTID checkpoint: the last GTID per replication domain at a durable position (``None``:
+    #: the capture never ran), and the server whose binlog its positions are offsets in.
+    gtids: str | None
+    checkpoint_server_id: int | None
+
+
 @dataclass(frozen=True, slots=True)
 class CaptureJournal:
     """The capture's own journal: records in it, the stream position it holds, its consumers."""
@@ -58,6 +76,7 @@ class CdcStatus:
     journal: CaptureJournal | None
     #: A binlog capture's place among the server's replicas (``server id 101``); a binlog has no slot.
     replica: str | None = None
+    binlog: BinlogStatus | None = None
 
 
 def read_progress(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from sluiceway.cdc.capture import CaptureOptions, SlotCapture
 from sluiceway.cdc.errors import StreamInterrupted
 from sluiceway.cdc.mysql.capture import BinlogCapture, BinlogOptions, describe_position
 from sluiceway.cdc.pgoutput import format_lsn
-from sluiceway.cdc.progress import CaptureJournal, CdcStatus, read_progress, table_progress
+from sluiceway.cdc.progress import CaptureJournal, CdcStatus, read_progress
 from sluiceway.cdc.target import JournalTarget
 from sluiceway.errors import DatabaseUnavailableError
 
@@ -161,46 +162,54 @@ class CaptureService:
 
 
 def describe(service: CaptureService) -> CdcStatus:
-    """Per table: copy phase and progress; the slot (confirmed position, WAL it retains); the
-    capture's journal (records, and the stream position it holds). Reads only."""
+    """Per table: copy phase and progress; the slot (confirmed position, WAL it retains) or, for a
+    binlog, the capture's place on the server; the capture's journal (records, and the stream
+    position it holds). Reads only."""
+    from sluiceway.cdc.mysql.progress import read_binlog_progress
     from sluiceway.cdc.mysql.server import BinlogSession
     from sluiceway.cdc.postgres import CdcSession
     from sluiceway.cdc.target import POSITION_REGISTER
     from sluiceway.journal import Journal, JournalNotFoundError
 
     options = service.options
-    slot = None
+    held: int | None = None
+    records = 0
+    consumers: dict[str, int] | None = None
+    try:
+        with Journal.open(service.log_dir, read_only=True) as log_journal:
+            register = log_journal.registers().get(POSITION_REGISTER)
+            held = None if register is None else int(register)
+            records, consumers = log_journal.head, log_journal.consumers()
+    except JournalNotFoundError:
+        pass
+    slot = binlog = replica = None
+    where: Callable[[int], str] = service.position_text
     if isinstance(options, BinlogOptions):
-        binlog = BinlogSession(options.dsn)
+        session = BinlogSession(options.dsn)
         try:
-            namespaces = [t.namespace for t in binlog.resolve_tables(options.tables)]
-        finally:
-            binlog.close()
-        tables = table_progress(
-            options.state_dir, namespaces, snapshot=options.snapshot, position=describe_position
-        )
-    else:
-        session = CdcSession(options.dsn)
-        try:
-            tables, slot = read_progress(
-                session, options.state_dir, options.tables, snapshot=options.snapshot, slot=options.slot
+            tables, binlog, where = read_binlog_progress(
+                session, options.state_dir, options.tables, snapshot=options.snapshot, held=held
             )
         finally:
             session.close()
-    journal = None
-    try:
-        with Journal.open(service.log_dir, read_only=True) as log_journal:
-            held = log_journal.registers().get(POSITION_REGISTER)
-            journal = CaptureJournal(
-                path=str(service.log_dir),
-                records=log_journal.head,
-                position=None if held is None else service.position_text(int(held)),
-                consumers=log_journal.consumers(),
+        replica = f"server id {options.server_id}"
+    else:
+        pg = CdcSession(options.dsn)
+        try:
+            tables, slot = read_progress(
+                pg, options.state_dir, options.tables, snapshot=options.snapshot, slot=options.slot
             )
-    except JournalNotFoundError:
-        pass
-    replica = f"server id {options.server_id}" if isinstance(options, BinlogOptions) else None
-    return CdcStatus(tables, slot, journal, replica)
+        finally:
+            pg.close()
+    journal = None
+    if consumers is not None:
+        journal = CaptureJournal(
+            path=str(service.log_dir),
+            records=records,
+            position=None if held is None else where(held),
+            consumers=consumers,
+        )
+    return CdcStatus(tables, slot, journal, replica, binlog)
 
 
 class _NoLogYet:

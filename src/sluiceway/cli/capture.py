@@ -105,10 +105,10 @@ def inspect(
     Example: sluice capture inspect -f capture.yaml
     """
     import json
+    import shlex
 
     from sluiceway.capture import CaptureConfig
     from sluiceway.capture.refusals import RefusalLog
-    from sluiceway.cdc.pgoutput import format_lsn
 
     if fmt not in ("text", "json"):
         raise fail(f"--format must be text or json, got {fmt!r}")
@@ -121,16 +121,17 @@ def inspect(
     if stuck is None:
         typer.echo(f"capture {config.capture.name}: no change is stuck")
     else:
-        lsn = format_lsn(stuck.lsn)
+        lsn = stuck.where
         when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(stuck.at))
         typer.echo(f"capture {config.capture.name} stopped on a change its destination refuses:")
         place = f"{lsn} (change {stuck.index + 1} of its transaction)"
+        label = "position" if config.capture.binlog else "lsn"
         for name, value in (
-            ("table", stuck.table), ("key", stuck.key), ("lsn", place), ("size", f"{stuck.size:,} bytes"),
+            ("table", stuck.table), ("key", stuck.key), (label, place), ("size", f"{stuck.size:,} bytes"),
             ("topic", stuck.topic), ("refusal", stuck.refusal), ("since", when),
         ):  # fmt: skip
             typer.echo(f"  {name:8} {value}")
-        typer.echo(f"pass over it:  sluice capture skip -f {file} --lsn {lsn}")
+        typer.echo(f"pass over it:  sluice capture skip -f {shlex.quote(str(file))} --lsn {shlex.quote(lsn)}")
         typer.echo("or give the capture a deadLetter: destination and start it again")
     for skip in refusals.skips:
         typer.echo(f"to pass over: {skip.describe()}")
@@ -143,17 +144,23 @@ def inspect(
 @friendly_errors
 def skip(
     file: Path = typer.Option(..., "-f", "--file", help="capture.yaml"),
-    lsn: str = typer.Option(..., "--lsn", help="The stuck change's position, as inspect prints it (X/Y)."),
+    lsn: str = typer.Option(
+        ...,
+        "--lsn",
+        "--position",
+        help="The stuck change's position, as inspect prints it (X/Y; a binlog's binlog.000003:1234).",
+    ),
 ) -> None:
     """Pass over the change the capture stopped on: recorded in the state directory, and the
     capture's next term passes over exactly that change (counted in sluice_capture_skipped_total
     and in status). Only the stuck change can be skipped: any other position is refused.
 
     Example: sluice capture skip -f capture.yaml --lsn 0/1A2B3C8
+    (a MariaDB/MySQL capture: --lsn binlog.000003:1234)
     """
     from sluiceway.capture import CaptureConfig
     from sluiceway.capture.refusals import RefusalLog
 
     config = CaptureConfig.from_file(file)
-    change = RefusalLog(config.capture.state_path).skip(lsn)
+    change = RefusalLog(config.capture.state_path).skip(lsn, binlog=config.capture.binlog)
     typer.echo(f"skipped {change.describe()}: the capture passes over it when it runs next")

@@ -19,7 +19,7 @@ from rich.text import Text
 from sluiceway.cli.common import console, err_console, fail, friendly_errors, styled
 from sluiceway.metrics import parse_metrics_addr
 from sluiceway.overview import StatusReport, Workspace, collect, unhealthy
-from sluiceway.overview.report import Entry, Leader, Scheduled
+from sluiceway.overview.report import CaptureEntry, Entry, Leader, Scheduled
 
 CONFIG = typer.Option(Path("sluice.yaml"), "--config", "-c", help="The workspace file: what to watch.")
 _HEALTH_STYLE = {"ok": "green", "stuck": "bold yellow", "unavailable": "bold red"}
@@ -135,7 +135,7 @@ def _tables(report: StatusReport) -> Group:
             refused = c.refusals
             t.add_row(
                 c.name, _health(c), c.destination or "-", c.slot_name or "-",
-                c.slot.confirmed_lsn if c.slot else "-", _n(c.slot and c.slot.wal_retained_bytes),
+                *_slot_cells(c),
                 c.published_lsn or "-", _leader(c.leader)[0], ", ".join(copying) or "-",
                 "- / -" if refused is None else f"{refused.skipped} / {refused.dead_lettered}",
             )  # fmt: skip
@@ -148,6 +148,17 @@ def _tables(report: StatusReport) -> Group:
     for problem in problems:
         footer.add_row(f"  - {problem}")
     return Group(*out, footer)
+
+
+def _slot_cells(c: CaptureEntry) -> tuple[str, str]:
+    """The "confirmed" and "WAL retained" cells: a slot's, or for a binlog capture the GTIDs its
+    checkpoint holds and the binlog bytes it has yet to publish."""
+    if c.slot is not None:
+        return c.slot.confirmed_lsn, _n(c.slot.wal_retained_bytes)
+    if c.binlog is not None:
+        behind = c.binlog.behind_bytes
+        return c.binlog.gtids or "-", "-" if behind is None else f"{behind:,} behind"
+    return "-", _n(None)
 
 
 @friendly_errors

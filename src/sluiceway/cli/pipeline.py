@@ -221,7 +221,15 @@ def _print_cdc(source: CdcStatus) -> None:
     console.print(tables)
     slot = source.slot
     if source.replica is not None:
-        console.print(f"binlog: read as a replica, {source.replica}", highlight=False)
+        line = f"binlog: read as a replica, {source.replica}"
+        binlog = source.binlog
+        if binlog is not None:
+            line += f", of server id {binlog.server_id} (its binlog ends at {binlog.end})"
+            if binlog.behind_bytes is not None:
+                line += f"; {binlog.behind_bytes:,} bytes of it still to capture"
+            if binlog.gtids:
+                line += f"; GTID checkpoint {binlog.gtids}"
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     elif slot is None:
         console.print("slot: not created yet")
     else:

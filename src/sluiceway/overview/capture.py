@@ -11,17 +11,18 @@ the checks report (:func:`~sluiceway.overview.checks.capture_problems`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from sluiceway.capture import CaptureConfig
 from sluiceway.capture.refusals import RefusalLog
 from sluiceway.capture.target import PositionFile
-from sluiceway.cdc.mysql.capture import describe_position
+from sluiceway.cdc.mysql.progress import read_binlog_progress
 from sluiceway.cdc.mysql.server import BinlogSession
 from sluiceway.cdc.pgoutput import format_lsn
 from sluiceway.cdc.postgres import CdcSession
-from sluiceway.cdc.progress import read_progress, table_progress
+from sluiceway.cdc.progress import read_progress
 from sluiceway.db import Database
 from sluiceway.overview.leases import leader_of
 from sluiceway.overview.report import BINLOG_READER, CaptureEntry, CaptureRefusals, Election
@@ -43,34 +44,36 @@ def capture_settings(config: CaptureConfig, path: str) -> CaptureEntry:
 def capture_status(config: CaptureConfig, path: str) -> CaptureEntry:
     """The figures of ``sluice status`` for one capture (see docs/operations.md for each field)."""
     c = config.capture
+    published = PositionFile(Path(c.state_path) / "published.lsn").read()
+    binlog = None
+    where: Callable[[int], str] = format_lsn
     if c.binlog:
-        binlog = BinlogSession(c.dsn)
+        session = BinlogSession(c.dsn)
         try:
-            namespaces = [t.namespace for t in binlog.resolve_tables(c.table_list)]
-        finally:
-            binlog.close()
-        tables = table_progress(c.state_path, namespaces, snapshot=c.snapshot, position=describe_position)
-        slot = None  # a binlog reader holds nothing on the server
-    else:
-        assert c.slot is not None
-        session = CdcSession(c.dsn)
-        try:
-            tables, slot = read_progress(
-                session, c.state_path, c.table_list, snapshot=c.snapshot, slot=c.slot
+            tables, binlog, where = read_binlog_progress(
+                session, c.state_path, c.table_list, snapshot=c.snapshot, held=published
             )
         finally:
             session.close()
+        slot = None  # a binlog reader holds nothing on the server
+    else:
+        assert c.slot is not None
+        pg = CdcSession(c.dsn)
+        try:
+            tables, slot = read_progress(pg, c.state_path, c.table_list, snapshot=c.snapshot, slot=c.slot)
+        finally:
+            pg.close()
     leader = None
     if c.election.kind == "database":  # NELI (kafka) has no row to read
         with Database(c.dsn, read_only=True) as db:
             leader = leader_of(db, c.election_name, c.lease_table)  # election.schema
-    published = PositionFile(Path(c.state_path) / "published.lsn").read()
     refusals = RefusalLog(c.state_path).read()
     return replace(
         capture_settings(config, path),
         slot=slot,
         leader=leader,
-        published_lsn=None if published is None else format_lsn(published),
+        published_lsn=None if published is None else where(published),
+        binlog=binlog,
         tables=tables,
         refusals=CaptureRefusals(
             stuck=None if refusals.stuck is None else refusals.stuck.to_json(),

@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
+from sluiceway.cdc.progress import BinlogStatus
 from sluiceway.overview.report import (
-    BINLOG_READER,
     KINDS,
     CaptureEntry,
     Entry,
@@ -65,11 +65,14 @@ def pipeline_problems(entry: PipelineEntry, checks: Checks) -> list[str]:
     problems = []
     unit, limit = "records", checks.pipeline_lag
     slot = entry.cdc and entry.cdc.slot
+    binlog = entry.cdc.binlog if entry.cdc else None
     if checks.cdc_lag_bytes is not None and slot and slot.wal_retained_bytes > checks.cdc_lag_bytes:
         problems.append(
             f"slot {slot.slot} retains {slot.wal_retained_bytes} bytes of WAL "
             f"(threshold {checks.cdc_lag_bytes}): is the pipeline's capture running?"
         )
+    if (behind := _binlog_behind(binlog, checks)) is not None:
+        problems.append(f"{behind}: is the pipeline's capture running?")
     for sink in entry.sinks or []:
         if sink.state == SinkHealth.FAILED:
             error = sink.error or {}
@@ -96,13 +99,15 @@ def capture_problems(entry: CaptureEntry, checks: Checks) -> list[str]:
     problems = []
     slot = entry.slot
     if slot is None:
-        if not (entry.slot_name or "").startswith(BINLOG_READER):
+        if not entry.reads_binlog:
             problems.append(f"slot {entry.slot_name} does not exist: has the capture run?")
     elif checks.cdc_lag_bytes is not None and slot.wal_retained_bytes > checks.cdc_lag_bytes:
         problems.append(
             f"slot {slot.slot} retains {slot.wal_retained_bytes} bytes of WAL "
             f"(threshold {checks.cdc_lag_bytes}): is sluice capture keeping up?"
         )
+    if (behind := _binlog_behind(entry.binlog, checks)) is not None:
+        problems.append(f"{behind}: is sluice capture keeping up?")
     stuck = entry.refusals and entry.refusals.stuck
     if stuck:
         problems.append(
@@ -118,6 +123,18 @@ def capture_problems(entry: CaptureEntry, checks: Checks) -> list[str]:
     ):
         problems.append("no process holds the lease: is sluice capture running?")
     return problems
+
+
+def _binlog_behind(binlog: BinlogStatus | None, checks: Checks) -> str | None:
+    """A binlog capture further behind its server than ``cdcLagBytes``: what to say, else ``None``
+    (the server keeps nothing for the capture: binlogs are purged by age, whatever it has read)."""
+    limit = checks.cdc_lag_bytes
+    if binlog is None or binlog.behind_bytes is None or limit is None or binlog.behind_bytes <= limit:
+        return None
+    return (
+        f"the capture is {binlog.behind_bytes} bytes of binlog behind server id {binlog.server_id} "
+        f"(threshold {limit}; the server purges binlogs by age, not by what was read)"
+    )
 
 
 def _judge(entries: Sequence[E], rule: Callable[[E, Checks], list[str]], checks: Checks) -> list[E]:

@@ -6,6 +6,8 @@ name the commands of the CLI as a user types them; the files are the workspace's
 
 from __future__ import annotations
 
+import shlex
+
 from sluiceway.overview.report import (
     CaptureEntry,
     Entry,
@@ -55,12 +57,13 @@ def remedies(entry: Entry) -> list[str]:
     if isinstance(entry, CaptureEntry):
         found = []
         if entry.refusals is not None and entry.refusals.stuck is not None:
+            where = shlex.quote(str(entry.refusals.stuck.get("lsn")))
             found.append(
                 f"the destination refuses a change: sluice capture inspect -f {entry.file}, then "
-                f"sluice capture skip -f {entry.file} --lsn {entry.refusals.stuck.get('lsn')} "
+                f"sluice capture skip -f {entry.file} --lsn {where} "
                 "(or set deadLetter: in the file)"
             )
-        if entry.leader is None or entry.slot is None:
+        if entry.leader is None or (entry.slot is None and not entry.reads_binlog):
             found.append(f"no capture is running: sluice capture -f {entry.file}")
         return found or ["the capture is behind: see its log and sluice_capture_* metrics"]
     return []

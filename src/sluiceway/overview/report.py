@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from sluiceway.cdc.progress import CdcStatus, SlotStatus, TableProgress
+from sluiceway.cdc.progress import BinlogStatus, CdcStatus, SlotStatus, TableProgress
 from sluiceway.pipeline.state import SinkHealth
 
 #: The report's kinds of part, in its order (its keys, after ``generated_at``).
@@ -190,9 +190,17 @@ class CaptureEntry(Entry):
     state_dir: str | None = None
     slot: SlotStatus | None = None
     leader: Leader | None = None
+    #: The position the destination acknowledged (an LSN, or ``binlog.000003:1234``).
     published_lsn: str | None = None
     tables: list[TableProgress] | None = None
     refusals: CaptureRefusals | None = None
+    #: A binlog capture's place on its server (in place of ``slot``).
+    binlog: BinlogStatus | None = None
+
+    @property
+    def reads_binlog(self) -> bool:
+        """A MariaDB/MySQL capture: it holds no slot (``slot`` is always ``None``)."""
+        return (self.slot_name or "").startswith(BINLOG_READER)
 
 
 # -- the report -----------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ source row for row; the capture's journal keeps per-key order."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -92,4 +93,7 @@ def test_copy_under_writes_then_sync_into_a_postgres_and_a_delta_mirror(
     assert {h["value"] for r in log for h in r["headers"] if h["key"] == "sluice.mode"} == {"copy", "sync"}
     status = source_status(pipeline_spec)
     assert status is not None and status.replica == "server id 7301"
+    # Positions in the binlog's terms, and the capture's place on the server (it holds no slot).
+    assert status.journal is not None and re.fullmatch(r"binlog\.\d{6}:\d+", status.journal.position or "")
+    assert status.binlog is not None and status.binlog.gtids and status.binlog.behind_bytes is not None
     assert {t.phase for t in status.tables} == {"sync"}

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from pathlib import Path
 from sluiceway.cdc.copier import CopySession
 from sluiceway.cdc.errors import CdcError, LostChangesError, StreamInterrupted
 from sluiceway.cdc.lifecycle import CaptureLife
-from sluiceway.cdc.mysql.assemble import Unit, assemble, split_position
+from sluiceway.cdc.mysql.assemble import Unit, assemble, position, split_position
 from sluiceway.cdc.mysql.gtid import (
     Checkpoint,
     Resume,
@@ -121,6 +122,23 @@ def describe_position(value: int, files: dict[int, str] | None = None) -> str:
     name = (files or {}).get(number, f"#{number}")
     epoch = epoch_of(value)
     return f"{name}:{pos}" + (f" (epoch {epoch})" if epoch else "")
+
+
+_PLACE = re.compile(r"(?:[^:\s]*\.|#)?(\d+):(\d+)(?:\s*\(epoch (\d+)\))?")
+
+
+def parse_position(text: str) -> int:
+    """A position as :func:`describe_position` writes it (``binlog.000042:1234``, ``#42:1234``,
+    ``binlog.000003:1234 (epoch 1)``); :class:`ValueError` for anything else.
+
+    >>> parse_position("binlog.000003:1234 (epoch 1)") == position(3, 1234, 1)
+    True
+    """
+    found = _PLACE.fullmatch(text.strip())
+    if found is None:
+        raise ValueError(f"not a binlog position: {text!r}")
+    number, pos, epoch = found.groups()
+    return position(int(number), int(pos), int(epoch or 0))
 
 
 def copy_due(options: BinlogOptions, tables: list[BinlogTable]) -> bool:

@@ -170,7 +170,11 @@ class BinlogSession:
 
     def binary_logs(self) -> dict[int, str]:
         """The binary logs the server still has, by sequence number."""
-        return {binlog_number(str(r[0])): str(r[0]) for r in self.rows("SHOW BINARY LOGS")}
+        return {number: name for number, (name, _size) in self.binary_log_sizes().items()}
+
+    def binary_log_sizes(self) -> dict[int, tuple[str, int]]:
+        """The binary logs the server still has, by sequence number: name and size in bytes."""
+        return {binlog_number(str(r[0])): (str(r[0]), int(r[1])) for r in self.rows("SHOW BINARY LOGS")}
 
     def current(self) -> int:
         """The end of the binlog now (``SHOW MASTER STATUS``), as a position."""

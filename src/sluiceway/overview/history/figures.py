@@ -75,8 +75,8 @@ SERIES: dict[str, tuple[Series, ...]] = {
         HEALTH,
     ),
     "capture": (
-        Series("wal_retained_bytes", "WAL retained by the slot", "B"),
-        Series("publish_rate", "WAL published", "B/s"),
+        Series("wal_retained_bytes", "WAL retained by the slot (a binlog: bytes not yet published)", "B"),
+        Series("publish_rate", "WAL published (PostgreSQL)", "B/s"),
         Series("rows_copied", "rows copied", "rows"),
         Series("skipped", "changes skipped", "changes"),
         Series("dead_lettered", "changes dead-lettered", "changes"),
@@ -201,11 +201,19 @@ def _read(entry: Entry) -> tuple[Values, Values]:
         }, {"complete_rate": statuses.get("complete")}
     if isinstance(entry, CaptureEntry):
         refusals = entry.refusals
+        retained, published = None, None
+        if entry.slot is not None:
+            retained = entry.slot.wal_retained_bytes
+        elif entry.binlog is not None:
+            retained = entry.binlog.behind_bytes
+        # A binlog position is a file and an offset: no byte count across files, so no rate.
+        if entry.published_lsn is not None and not entry.reads_binlog:
+            published = parse_lsn(entry.published_lsn)
         return {
-            "wal_retained_bytes": None if entry.slot is None else entry.slot.wal_retained_bytes,
+            "wal_retained_bytes": retained,
             "rows_copied": None if entry.tables is None else sum(t.rows_copied for t in entry.tables),
             "skipped": None if refusals is None else refusals.skipped,
             "dead_lettered": None if refusals is None else refusals.dead_lettered,
             "leader_epoch": None if entry.leader is None else entry.leader.epoch,
-        }, {"publish_rate": None if entry.published_lsn is None else parse_lsn(entry.published_lsn)}
+        }, {"publish_rate": published}
     raise TypeError(f"no figures for {type(entry).__name__}")
