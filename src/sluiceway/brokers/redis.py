@@ -200,8 +200,11 @@ class RedisClient:
     in_order = True
 
     def __init__(self, settings: RedisSettings) -> None:
+        import hiredis
+
         self.settings = settings
         self._redis: Any = None
+        self._pack = hiredis.pack_command
 
     async def connect(self) -> None:
         if self._redis is None:
@@ -220,14 +223,29 @@ class RedisClient:
     async def publish(
         self, messages: Sequence[Message], *, positions: bool = True
     ) -> list[Ack | BrokerError]:
-        pipe = self._redis.pipeline(transaction=False)
-        max_len = self.settings.max_len
-        for message in messages:
-            pipe.execute_command(*xadd_args(message, max_len))
+        """``messages`` as one pipeline on one connection: packed by hiredis in one pass, written
+        at once, their replies read in order. redis-py's ``Pipeline`` would do the same with a
+        command stack, a callback lookup per reply and, from 1,000 commands on, the packing on a
+        worker thread — a fifth of the capture's publishing process, measured (bench/capture.py)."""
+        import redis.exceptions
+
+        pack, max_len = self._pack, self.settings.max_len
+        packed = b"".join([pack(tuple(xadd_args(message, max_len))) for message in messages])
+        pool = self._redis.connection_pool
         try:
             # One bound for the round trip (the client sets none per reply: see connect_redis).
             async with asyncio.timeout(self.settings.ack_timeout):
-                replies = await pipe.execute(raise_on_error=False)
+                connection = await pool.get_connection()
+                try:
+                    await connection.send_packed_command(packed, check_health=False)
+                    read, replies = connection.read_response, []
+                    for _ in messages:
+                        try:
+                            replies.append(await read())
+                        except redis.exceptions.ResponseError as exc:
+                            replies.append(exc)
+                finally:
+                    await pool.release(connection)
         except Exception as exc:
             error = map_error(exc, "publish", messages[0].topic if len(messages) == 1 else "")
             await self._reset()
