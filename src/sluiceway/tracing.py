@@ -39,6 +39,8 @@ SCOPE = "sluiceway"
 MAX_LINKS = 128
 #: Spans per export unless ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` says (the SDK's default is 512).
 EXPORT_BATCH = 32
+#: How long a stopping part waits for its spans to be exported (its process goes on).
+FLUSH_TIMEOUT = 10.0
 
 
 class TracingError(SluicewayError):
@@ -178,16 +180,28 @@ def _api() -> Any:
 
 
 class Tracing:
-    """Tracing in one of sluiceway's processes: its tracer, and the provider to flush at exit."""
+    """Tracing in one of sluiceway's processes: its tracer, and the provider to flush at exit.
+    ``owned``: the provider is sluiceway's (shut down at exit), not the application's."""
 
-    def __init__(self, provider: Any) -> None:
+    def __init__(self, provider: Any, *, owned: bool = True) -> None:
         self.provider = provider
+        self.owned = owned
         self.tracer = provider.get_tracer(SCOPE)
         self._lock = threading.Lock()
         self._shut = False
 
+    def flush(self, timeout: float = FLUSH_TIMEOUT) -> None:
+        """Export the spans ended so far (a part of sluiceway stopping inside a process that goes
+        on: the provider stays, for the application's spans and for a part started again)."""
+        try:
+            if not self.provider.force_flush(int(timeout * 1000)):
+                log.warning("tracing: spans not exported within %g s", timeout)
+        except Exception:  # an exporter that cannot reach its collector must not fail the stop
+            log.warning("tracing: spans could not be exported", exc_info=True)
+
     def shutdown(self) -> None:
-        """Export what is left (bounded by the exporter's own timeout) and stop; once."""
+        """At the process's exit: export what is left (bounded by the exporter's own timeout) and
+        stop our provider, once; an application's provider is only flushed (its own to stop)."""
         global _STARTED
         with self._lock:
             if self._shut:
@@ -196,6 +210,9 @@ class Tracing:
         with _START_LOCK:
             if _STARTED is self:
                 _STARTED = None
+        if not self.owned:
+            self.flush()
+            return
         try:
             self.provider.shutdown()
         except Exception:  # an exporter that cannot reach its collector must not fail the exit
@@ -238,13 +255,21 @@ def start_tracing(service: str, environment: Mapping[str, str] | None = None) ->
         if _STARTED is not None:
             return _STARTED
         require_tracing()
-        if environment and not otel_environment():  # all of theirs, or all of this process's own
-            os.environ.update(environment)
         from opentelemetry import trace
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import OTELResourceDetector, Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        current = trace.get_tracer_provider()
+        if isinstance(current, TracerProvider):
+            # An application that embeds sluiceway (``Harvest``, ``Feed``) and set up its own SDK:
+            # our spans join its pipeline (its exporter, sampler, resource); a second provider
+            # could not be made the global one, and would export the same traces elsewhere.
+            _STARTED = Tracing(current, owned=False)
+            return _STARTED
+        if environment and not otel_environment():  # all of theirs, or all of this process's own
+            os.environ.update(environment)
 
         named = Resource.create({"service.name": service, "process.pid": os.getpid()})
         resource = named.merge(OTELResourceDetector().detect())

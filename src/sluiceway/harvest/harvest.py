@@ -376,7 +376,9 @@ class Harvest(Elected):
         if self._spares is not None:
             self._spares.close()
         if self._tracing is not None:
-            self._tracing.shutdown()
+            # Flushed, not shut down: the provider is the process's (the application's spans go
+            # through it too, and a harvester started again uses it); it is shut down at exit.
+            self._tracing.flush()
         if self._metrics is not None:
             self._metrics.close()
         if self._client_log is not None:

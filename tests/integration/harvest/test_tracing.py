@@ -177,13 +177,24 @@ def test_a_capture_continues_the_trace_its_trace_column_names(cdc_dsn: str, tmp_
             }
             with sluice_process(["capture", "-f", str(config)], tmp_path / "capture.log", env=env) as proc:
                 wait_until(slot_active, timeout=60, message="the capture to read its slot")
-                done = subprocess.run(
-                    [sys.executable, "-c", PG_APP, receiver.url, cdc_dsn, "1", "2:3:4"],
-                    capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                )  # fmt: skip
-                assert done.returncode == 0, done.stderr
-                rows = {r: (t, s, p) for r, t, s, p in (line.split() for line in done.stdout.splitlines())}
-                wait_until(lambda: place.count() == 4, timeout=60, message="four changes in Redis")
+                rows: dict[str, tuple[str, str, str]] = {}
+                app_env = {**os.environ, "PYTHONPATH": str(ROOT)}
+                # Row 1's transaction published before the next is written: two transactions
+                # read together would go as one batch, a span linking to both.
+                for groups, published_by_then in ((["1"], 1), (["2:3:4"], 4)):
+                    done = subprocess.run(
+                        [sys.executable, "-c", PG_APP, receiver.url, cdc_dsn, *groups],
+                        capture_output=True, text=True, timeout=60, env=app_env,
+                    )  # fmt: skip
+                    assert done.returncode == 0, done.stderr
+                    rows |= {
+                        r: (t, s, p) for r, t, s, p in (line.split() for line in done.stdout.splitlines())
+                    }
+                    wait_until(
+                        lambda n=published_by_then: place.count() == n,
+                        timeout=60,
+                        message="the changes in Redis",
+                    )
                 proc.send_signal(signal.SIGTERM)
                 assert proc.wait(30) == 0, (tmp_path / "capture.log").read_text()[-2000:]
             published = receiver.of("capture-under-test")
