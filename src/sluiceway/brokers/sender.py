@@ -60,15 +60,17 @@ class Sender:
     """Publishes through one :class:`BrokerClient` from a loop thread of its own. ``clock``
     measures the delivery timeout (a test moves it by hand).
 
-    >>> from sluiceway.brokers import open_client                             # doctest: +SKIP
-    >>> from sluiceway.config.brokers import RedisSettings
-    >>> settings = RedisSettings(url="redis://127.0.0.1:6379/0")
-    >>> sender = Sender(open_client(settings), settings)
-    >>> sender.submit(Message("orders", "o-1", b"{}"), lambda outcome: print(outcome))
-    >>> sender.flush(5.0)  # messages not done yet
-    Ack(position=..., duplicate=False)
-    0
-    >>> sender.close()
+    For example::
+
+        from sluiceway.brokers import open_client
+        from sluiceway.config.brokers import RedisSettings
+        settings = RedisSettings(url="redis://127.0.0.1:6379/0")
+        sender = Sender(open_client(settings), settings)
+        sender.submit(Message("orders", "o-1", b"{}"), lambda outcome: print(outcome))
+        sender.flush(5.0)  # messages not done yet
+        # Ack(position=..., duplicate=False)
+        # 0
+        sender.close()
     """
 
     def __init__(

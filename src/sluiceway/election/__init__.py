@@ -1,9 +1,11 @@
 """Leader election behind one small protocol: Kafka (NELI) or a database lease.
 
->>> from sluiceway.election import DatabaseLease                          # doctest: +SKIP
->>> lease = DatabaseLease("sqlite:///app.db", "orders-harvester", ttl=5.0)
->>> lease.start(listener)   # leader_acquired(epoch) / leader_revoked() / leader_fenced()
->>> lease.is_leader()
+For example::
+
+    from sluiceway.election import DatabaseLease
+    lease = DatabaseLease("sqlite:///app.db", "orders-harvester", ttl=5.0)
+    lease.start(listener)   # leader_acquired(epoch) / leader_revoked() / leader_fenced()
+    lease.is_leader()
 """
 
 from sluiceway.election.campaign import LeaseCampaign, NeliCampaign

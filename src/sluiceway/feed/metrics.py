@@ -60,8 +60,10 @@ WORKER_COUNTERS = (
 class FeedMetrics:
     """Series for one worker on a private registry; ``feed`` labels them (the table prefix).
 
-    >>> metrics = FeedMetrics(worker, feed="feed_")                  # doctest: +SKIP
-    >>> endpoint = serve_metrics(metrics.registry, "127.0.0.1:9465")
+    For example::
+
+        metrics = FeedMetrics(worker, feed="feed_")
+        endpoint = serve_metrics(metrics.registry, "127.0.0.1:9465")
     """
 
     def __init__(

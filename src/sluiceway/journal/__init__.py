@@ -1,11 +1,13 @@
 """The journal: a durable local append-only log with transactional appends.
 
->>> from sluiceway.journal import Journal                               # doctest: +SKIP
->>> with Journal.open("./data/journal") as j:
-...     with j.append() as tx:
-...         tx.write("order-1", b"...", namespace="orders")
-...     for rec in j.read():
-...         print(rec.offset, rec.namespace, rec.key)
+For example::
+
+    from sluiceway.journal import Journal
+    with Journal.open("./data/journal") as j:
+        with j.append() as tx:
+            tx.write("order-1", b"...", namespace="orders")
+        for rec in j.read():
+            print(rec.offset, rec.namespace, rec.key)
 """
 
 from __future__ import annotations

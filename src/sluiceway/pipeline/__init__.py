@@ -1,8 +1,10 @@
 """Pipelines on Spark: a source, namespace filters and transforms, sinks — one query per sink.
 
->>> from sluiceway.pipeline import Pipeline, PipelineSpec                  # doctest: +SKIP
->>> spec = PipelineSpec.from_yaml("orders.yaml")
->>> Pipeline(spec).run(once=True)
+For example::
+
+    from sluiceway.pipeline import Pipeline, PipelineSpec
+    spec = PipelineSpec.from_yaml("orders.yaml")
+    Pipeline(spec).run(once=True)
 
 Sources: a journal, Kafka, an outbox table, a NATS JetStream stream, a Redis stream, PostgreSQL
 change data capture. Sinks: a journal, Kafka, PostgreSQL, parquet/json/csv files, the console, a

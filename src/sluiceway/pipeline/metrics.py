@@ -31,8 +31,10 @@ DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 class PipelineMetrics:
     """The series of one pipeline run, on a private registry.
 
-    >>> metrics = PipelineMetrics(spec)                                # doctest: +SKIP
-    >>> Pipeline(spec, spark, metrics=metrics).run()
+    For example::
+
+        metrics = PipelineMetrics(spec)
+        Pipeline(spec, spark, metrics=metrics).run()
     """
 
     def __init__(self, spec: PipelineSpec) -> None:

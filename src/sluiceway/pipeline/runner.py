@@ -55,8 +55,10 @@ def register_sources(spark: Any) -> None:
     """Register the sluiceway data sources (``sluice-journal``, ``sluice-kafka``, ``sluice-outbox``,
     ``sluice-nats``, ``sluice-redis``, and ``sluice-postgres-cdc`` for batch copies) with a session.
 
-    >>> register_sources(spark)                                            # doctest: +SKIP
-    >>> spark.readStream.format("sluice-journal").option("path", "./data/journal").load()
+    For example::
+
+        register_sources(spark)
+        spark.readStream.format("sluice-journal").option("path", "./data/journal").load()
     """
     for cls in _source_classes().values():
         spark.dataSource.register(cls)
@@ -153,9 +155,11 @@ class SinkRun:
 class Pipeline:
     """A pipeline spec bound to a SparkSession.
 
-    >>> spec = PipelineSpec.from_yaml("orders.yaml")                       # doctest: +SKIP
-    >>> Pipeline(spec, spark).run(once=True)                               # process what is there
-    >>> Pipeline(spec, spark).status()                                     # per-sink offsets and lag
+    For example::
+
+        spec = PipelineSpec.from_yaml("orders.yaml")
+        Pipeline(spec, spark).run(once=True)                               # process what is there
+        Pipeline(spec, spark).status()                                     # per-sink offsets and lag
     """
 
     def __init__(

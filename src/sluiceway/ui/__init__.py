@@ -1,8 +1,10 @@
 """``sluice ui``: a web console over :mod:`sluiceway.overview` (needs the ``ui`` extra:
 Starlette, uvicorn, Jinja2). Server-rendered pages, no front-end build.
 
->>> from sluiceway.ui import Console, create_app                  # doctest: +SKIP
->>> app = create_app(Console(Workspace.from_file("sluice.yaml")))
+For example::
+
+    from sluiceway.ui import Console, create_app
+    app = create_app(Console(Workspace.from_file("sluice.yaml")))
 """
 
 from sluiceway.overview.actions import launch_step

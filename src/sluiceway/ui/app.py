@@ -150,8 +150,10 @@ def _templates() -> Jinja2Templates:
 def create_app(console: Console) -> Starlette:
     """The ASGI application of ``sluice ui`` for ``console``.
 
-    >>> app = create_app(Console(Workspace()))                        # doctest: +SKIP
-    >>> uvicorn.run(app, host="127.0.0.1", port=8080)
+    For example::
+
+        app = create_app(Console(Workspace()))
+        uvicorn.run(app, host="127.0.0.1", port=8080)
     """
     app = Starlette(routes=ROUTES, exception_handlers={HTTPException: _refused})
     app.state.console = console

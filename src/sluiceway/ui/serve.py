@@ -47,6 +47,7 @@ def listen(host: str, port: int) -> socket.socket:
     Traceback (most recent call last):
     ...
     sluiceway.ui.serve.ListenError: cannot listen on 127.0.0.1:...: address already in use
+    >>> sock.close()
     """
     try:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
