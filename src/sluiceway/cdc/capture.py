@@ -50,7 +50,7 @@ from sluiceway.cdc.postgres import (
     check_publication_name,
     check_slot_name,
 )
-from sluiceway.cdc.state import CopyState, SourceState, TableCopy
+from sluiceway.cdc.state import CopyState, SourceState
 from sluiceway.cdc.stream import ReplicationStream, StreamOptions, local_socket_dsn
 from sluiceway.cdc.target import CaptureTarget
 from sluiceway.cdc.watermark import Watermark
@@ -347,8 +347,7 @@ class SlotCapture(CaptureLife):
     def copying(self, state: CopyState | None = None) -> bool:
         if self.options.snapshot != "initial":
             return False
-        state = state or self.store.load()
-        return not all(state.tables.get(t.namespace, TableCopy()).done for t in self._tables)
+        return not (state or self.store.load()).all_copied(t.namespace for t in self._tables)
 
     def _copy_session(self) -> CopySession:
         return CdcSession(self.options.dsn)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,10 @@ class CopyState:
     closes: dict[str, int] = field(default_factory=dict)
     #: Position when the last table's copy completed.
     done_at: int | None = None
+
+    def all_copied(self, namespaces: Iterable[str]) -> bool:
+        """Every table of ``namespaces`` has been copied whole."""
+        return all(self.tables.get(n, TableCopy()).done for n in namespaces)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CopyState:

@@ -50,7 +50,7 @@ from sluiceway.cdc.mysql.gtid import (
 )
 from sluiceway.cdc.mysql.reader import BinlogReader, ReaderOptions
 from sluiceway.cdc.mysql.server import WATERMARKS, BinlogSession, BinlogTable
-from sluiceway.cdc.state import SourceState, TableCopy
+from sluiceway.cdc.state import SourceState
 from sluiceway.cdc.target import CaptureTarget
 from sluiceway.cdc.watermark import Watermark
 from sluiceway.files import write_json
@@ -145,8 +145,7 @@ def copy_due(options: BinlogOptions, tables: list[BinlogTable]) -> bool:
     """A table is still to be copied (``snapshot: initial`` and the state directory says so)."""
     if options.snapshot != "initial":
         return False
-    state = SourceState(options.state_dir).load()
-    return not all(state.tables.get(t.namespace, TableCopy()).done for t in tables)
+    return not SourceState(options.state_dir).load().all_copied(t.namespace for t in tables)
 
 
 def check_writable(session: BinlogSession, options: BinlogOptions, tables: list[BinlogTable]) -> bool:

@@ -60,10 +60,13 @@ def covers(state: str, wanted: str) -> bool:
     >>> covers("0-1-10,1-2-3", "0-2-9,1-2-3"), covers("0-1-10", "0-1-10,1-2-1")
     (True, False)
     """
-    have = {domain: int(gtid.rsplit("-", 1)[1]) for domain, gtid in parse_state(state).items()}
-    return all(
-        have.get(domain, -1) >= int(gtid.rsplit("-", 1)[1]) for domain, gtid in parse_state(wanted).items()
-    )
+    have = {domain: _sequence(gtid) for domain, gtid in parse_state(state).items()}
+    return all(have.get(domain, -1) >= _sequence(gtid) for domain, gtid in parse_state(wanted).items())
+
+
+def _sequence(gtid: str) -> int:
+    """The sequence number of a MariaDB GTID (``domain-server-sequence``)."""
+    return int(gtid.rsplit("-", 1)[1])
 
 
 def missing(wanted: str, binlog_state: str) -> list[str]:

@@ -44,11 +44,12 @@ def read_binlog_progress(
 
     namespaces = [t.namespace for t in session.resolve_tables(tables)]
     progress = table_progress(state_dir, namespaces, snapshot=snapshot, position=where)
-    ours = held is not None and here is not None and epoch_of(held) == here
+    # Bytes behind only for a position on this server (of its epoch).
+    behind = None if held is None or here is None or epoch_of(held) != here else behind_bytes(held, logs)
     status = BinlogStatus(
         server_id=server,
         end=describe_position(session.current(), names),
-        behind_bytes=behind_bytes(held, logs) if ours and held is not None else None,
+        behind_bytes=behind,
         gtids=None if checkpoint is None else checkpoint.gtid,
         checkpoint_server_id=None if checkpoint is None else checkpoint.server_id,
     )
