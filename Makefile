@@ -10,12 +10,12 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 FUZZ_SECONDS ?= 60
 
-.PHONY: install services demo test check lint types imports unit bench fuzz clean
+.PHONY: install services ready demo test check lint types imports unit bench fuzz clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q --no-compile -e '.[dev]'
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -36,7 +36,13 @@ types: install
 imports: install
 	$(BIN)/lint-imports
 
-test: install services lint types imports
+# What `make test` needs before the tests, two at a time: the install beside the services (pip
+# is mostly unpacking, the services' set-up mostly apt), then the three checks.
+ready:
+	@$(MAKE) --no-print-directory -j2 install services
+	@$(MAKE) --no-print-directory -j2 lint types imports
+
+test: ready
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 check: test

@@ -50,28 +50,27 @@ fi
 port_up 4222 || { echo "services: NATS is not reachable on 127.0.0.1:4222" >&2; exit 1; }
 echo "services: PostgreSQL, MariaDB, Redis, RabbitMQ and NATS are up"
 
-# tests/integration/ui drives Debian's chromium through Playwright (Playwright's own browser
-# download is not reachable here). Installed once, as root, only when it is missing.
-if ! command -v chromium >/dev/null 2>&1; then
+# Two packages from Debian, installed once (one `apt-get update` for both), as root, only when
+# missing: tests/integration/ui drives Debian's chromium through Playwright (Playwright's own
+# browser download is not reachable here); tests/integration/test_deploy.py checks
+# deploy/prometheus/ with promtool (the prometheus package; its server is not started here: a
+# test that needs one starts its own).
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
-    echo "services: chromium is missing; install it (apt-get install chromium) for the console's browser tests" >&2
+    echo "services: ${missing[*]} missing; install as root (apt-get install ${missing[*]}) for the console's browser tests and the alert rules' tests" >&2
     exit 1
   fi
-  echo "services: installing chromium (Debian's package) for the console's browser tests"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
-    || { echo "services: could not install chromium" >&2; exit 1; }
+  echo "services: installing ${missing[*]} (Debian's packages) for the console's browser tests and promtool"
+  apt-get update -qq || { echo "services: apt-get update failed" >&2; exit 1; }
+  for pkg in "${missing[@]}"; do
+    # chromium with its recommended packages (its fonts), as it always was; prometheus without.
+    extra=(); [ "$pkg" = prometheus ] && extra=(--no-install-recommends)
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${extra[@]}" "$pkg" >/dev/null \
+      || { echo "services: could not install $pkg" >&2; exit 1; }
+  done
 fi
 echo "services: chromium is $(command -v chromium)"
-
-# tests/integration/test_deploy.py checks deploy/prometheus/ with promtool (Debian's prometheus
-# package; its server is not started here: a test that needs one starts its own).
-if ! command -v promtool >/dev/null 2>&1; then
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "services: promtool is missing; install it (apt-get install prometheus) for the alert rules' tests" >&2
-    exit 1
-  fi
-  echo "services: installing prometheus (Debian's package) for promtool"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
-    || { echo "services: could not install prometheus" >&2; exit 1; }
-fi
 echo "services: promtool is $(command -v promtool)"
