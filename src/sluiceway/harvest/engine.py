@@ -57,7 +57,15 @@ from sluiceway.harvest.events import (
     RecordDeadLettered,
     Stats,
 )
-from sluiceway.harvest.ports import Delivery, OutboxStore, Publisher, SendsMany, Wakeups, is_inline
+from sluiceway.harvest.ports import (
+    Delivery,
+    OutboxStore,
+    Publisher,
+    SendsInBatches,
+    SendsMany,
+    Wakeups,
+    is_inline,
+)
 from sluiceway.harvest.sequence import with_sequence_headers
 from sluiceway.harvest.shards import ShardQueue
 from sluiceway.outage import BUSY_GRACE, OUTAGE_REMINDER, WarningThrottle
@@ -145,6 +153,11 @@ class Term:
         # Publishers that take a batch at once (the NATS, RabbitMQ and Redis ones) get it whole.
         self._send_many: Callable[[list[MarkedRecord], Callable[[Delivery], None]], None] | None = (
             engine.publisher.send_many if isinstance(engine.publisher, SendsMany) else None
+        )
+        # The others are sent to record by record, a batch's sends inside its ``batch()`` when the
+        # publisher has one (the traced wrapper: a span per batch).
+        self._batch: Callable[[list[MarkedRecord]], contextlib.AbstractContextManager[object]] = (
+            engine.publisher.batch if isinstance(engine.publisher, SendsInBatches) else _no_batch
         )
         self._shards = (
             []
@@ -430,16 +443,17 @@ class Term:
             self.dispatcher.fenced_keys,
             self.limits.sequence_headers,
         )
-        for item in batch:
-            if item.key in fenced:
-                delivered(Delivery(item, error=WITHHELD))
-                continue
-            if sequence:
-                item = with_sequence_headers(item)
-            try:
-                send(item, delivered)
-            except Exception as exc:  # a synchronous refusal is a failed delivery
-                delivered(_refused(item, exc))
+        with self._batch(batch):
+            for item in batch:
+                if item.key in fenced:
+                    delivered(Delivery(item, error=WITHHELD))
+                    continue
+                if sequence:
+                    item = with_sequence_headers(item)
+                try:
+                    send(item, delivered)
+                except Exception as exc:  # a synchronous refusal is a failed delivery
+                    delivered(_refused(item, exc))
 
     def _outgoing(self, batch: list[MarkedRecord]) -> Iterator[MarkedRecord]:
         """The batch's records as published (with sequence headers when on), those whose key has
@@ -664,6 +678,14 @@ class Term:
         self._purger_stop = True
         self._delivery_signal.set()
         purger.join(timeout=self.limits.drain_timeout + 5)
+
+
+_NO_BATCH = contextlib.nullcontext()
+
+
+def _no_batch(records: list[MarkedRecord]) -> contextlib.AbstractContextManager[object]:
+    """A batch's sends to a publisher that has no ``batch()``: nothing around them."""
+    return _NO_BATCH
 
 
 def _refused(item: MarkedRecord, exc: Exception) -> Delivery:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import NamedTuple, Protocol, runtime_checkable
 
 from sluiceway.outbox.record import MarkedRecord, RecordColumns
@@ -79,7 +80,8 @@ class Publisher(Protocol):
 
     def send(self, record: MarkedRecord, on_done: Callable[[Delivery], None]) -> None: ...
 
-    # What a publisher may do besides: the abilities below (Inline, SendsMany, SendsColumns).
+    # What a publisher may do besides: the abilities below (Inline, SendsMany, SendsInBatches,
+    # SendsColumns).
 
     def flush(self, timeout: float) -> int:
         """Wait for outstanding deliveries; return how many are still outstanding."""
@@ -116,6 +118,17 @@ class SendsMany(Protocol):
 
     def send_many(self, records: list[MarkedRecord], on_done: Callable[[Delivery], None]) -> None:
         """The records in order, at once, with no synchronous failure part-way (all or raise)."""
+        ...
+
+
+@runtime_checkable
+class SendsInBatches(Protocol):
+    """A publisher sent to record by record that wants to know which sends make one dispatched
+    batch: the engine makes each batch's ``send`` calls inside ``with publisher.batch(records):``,
+    on one thread (its traced wrapper makes one span of them)."""
+
+    def batch(self, records: list[MarkedRecord]) -> AbstractContextManager[object]:
+        """What the ``send`` calls of ``records`` (in order, some perhaps withheld) happen in."""
         ...
 
 

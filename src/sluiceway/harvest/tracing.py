@@ -1,7 +1,9 @@
 """The harvester's publish spans: the term's publisher wrapped by :func:`traced`.
 
-One span per send (per batch, for a publisher that takes batches whole), from the hand-over to
-the destination until the last of its records is reported (acknowledged or failed), following
+One span per dispatched batch of sends (one batch is what the engine hands over at once: to a
+publisher that takes batches whole, in one call; to one sent to record by record, inside its
+:meth:`~TracedPublisher.batch`), from the hand-over to the destination until the last of its
+records is reported (acknowledged or failed), following
 OpenTelemetry's messaging conventions (kind ``PRODUCER``, ``messaging.operation.type = send``,
 ``messaging.system``, ``messaging.destination.name``, ``messaging.batch.message_count``;
 ``messaging.message.id`` for a batch of one). Its place in the trace: the child of the record's
@@ -13,7 +15,11 @@ reason.
 The harvester follows the application's sampling decision: a send whose records carry no sampled
 trace (no ``traceparent``, or its sampled flag off) gets no span at all, so that tracing costs
 the harvester only a look at the headers of the records nobody traces (a span, even one the
-sampler drops, costs more than publishing the record).
+sampler drops, costs more than publishing the record). For the same reason a batch sent record
+by record (Kafka's, the journal's) waits for the reports of its *traced* records only: its span
+ends with the last of them, an error if one of them failed; the others' reports go to the engine
+untouched. A span per batch rather than per traced record: at 1 % sampling the spans' making and
+exporting, not the look at the headers, were what tracing cost the harvester.
 
 The records and their headers are passed on unchanged, so the ``traceparent`` reaches the
 destination and its consumers.
@@ -22,19 +28,21 @@ destination and its consumers.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from sluiceway.harvest.ports import ColumnsDone, Delivery, Publisher, SendsColumns, SendsMany, is_inline
 from sluiceway.outbox.record import MarkedRecord, RecordColumns
-from sluiceway.tracing import continuing, end_span, sampled_contexts, sampled_parent
+from sluiceway.tracing import MAX_LINKS, context_of, continuing, end_span, sampled_contexts, sampled_parent
 
 
 def traced(inner: Publisher, tracer: Any, *, system: str) -> Publisher:
-    """``inner`` with a span per send (see the module docstring). It has exactly ``inner``'s
+    """``inner`` with a span per send batch (see the module docstring). It has ``inner``'s
     abilities — ``send_many`` (:class:`~sluiceway.harvest.ports.SendsMany`), ``send_columns``
-    (:class:`~sluiceway.harvest.ports.SendsColumns`) — no more: its callers send to it as they
-    would to ``inner``."""
+    (:class:`~sluiceway.harvest.ports.SendsColumns`) — and no other but its own ``batch``
+    (:class:`~sluiceway.harvest.ports.SendsInBatches`): its callers send to it as they would to
+    ``inner``."""
     many, columns = isinstance(inner, SendsMany), isinstance(inner, SendsColumns)
     kind = {
         (False, False): TracedPublisher,
@@ -46,20 +54,33 @@ def traced(inner: Publisher, tracer: Any, *, system: str) -> Publisher:
 
 
 class TracedPublisher:
-    """``inner`` with a span per record sent (see the module docstring)."""
+    """``inner`` with a span per batch of sends (:meth:`batch`), or per record sent outside one
+    (see the module docstring)."""
 
     def __init__(self, inner: Publisher, tracer: Any, *, system: str) -> None:
-        from opentelemetry import trace
-
         self.inner = inner
         self.tracer = tracer
         self.system = system
-        self._trace = trace
         self.inline = is_inline(inner)
+        self._local = threading.local()  # .batch: the batch this thread is sending, if any
+
+    def batch(self, records: list[MarkedRecord]) -> _Batch:
+        """The batch whose ``send`` calls follow on this thread: one span for them all."""
+        return _Batch(self, records)
 
     def send(self, record: MarkedRecord, on_done: Callable[[Delivery], None]) -> None:
         if not sampled_parent(record.headers):  # most records, at a low sampling rate: as is
             self.inner.send(record, on_done)
+            return
+        batch: _Batch | None = getattr(self._local, "batch", None)
+        if batch is not None:
+            done, ending = batch.traced(record, on_done)
+            try:
+                self.inner.send(record, done)
+            except BaseException as exc:  # refused at once: the engine hears of it; and the span
+                if ending is not None:
+                    ending.one(str(exc))
+                raise
             return
         done, span = self._span([record], on_done)
         try:
@@ -86,7 +107,7 @@ class TracedPublisher:
         span = self._start([r.headers for r in records], [r.topic for r in records], records[0])
         if span is None:
             return on_done, None
-        ending = _Ending(span, len(records), self._trace)
+        ending = _Ending(span, len(records))
 
         def done(delivery: Delivery) -> None:
             try:
@@ -102,8 +123,19 @@ class TracedPublisher:
         contexts = sampled_contexts(headers)
         if not contexts:
             return None
-        count = len(headers)
-        destination = topics[0] if len(set(topics)) == 1 else "(several)"
+        return self._open(contexts, len(headers), set(topics), first)
+
+    def _open(
+        self,
+        contexts: list[Any],
+        count: int,
+        topics: set[str],
+        first: MarkedRecord,
+        start_time: int | None = None,
+    ) -> Any:
+        """The started span of ``count`` records sent to ``topics`` that carry the sampled traces
+        ``contexts`` (not empty; ``first``: the record, when it is alone)."""
+        destination = next(iter(topics)) if len(topics) == 1 else "(several)"
         attributes: dict[str, Any] = {
             "messaging.system": self.system,
             "messaging.operation.type": "send",
@@ -116,29 +148,107 @@ class TracedPublisher:
             attributes["messaging.message.conversation_id"] = first.key
         return continuing(
             self.tracer, f"publish {destination}", contexts, records=count, kind="PRODUCER",
-            attributes=attributes,
+            attributes=attributes, start_time=start_time,
         )  # fmt: skip
 
 
 class _Ending:
     """Ends a span once each of its ``count`` records is reported (from any thread); an error if
-    any failed, with the first reason."""
+    any failed, with the first reason. ``span`` ``None``: the span is still to be made (a batch
+    being sent, :class:`_Batch`), each record counted in by :meth:`expect` as it goes; it ends when it is
+    :meth:`started` and all are reported, at the last report's time."""
 
-    def __init__(self, span: Any, count: int, trace: Any) -> None:
-        self.span, self.left, self.trace = span, count, trace
+    def __init__(self, span: Any, count: int) -> None:
+        self.span, self.left = span, count
         self.failures: list[str] = []
         self.lock = threading.Lock()
+        self.last_at: int | None = None
+
+    def expect(self) -> None:
+        """One more record to wait for."""
+        with self.lock:
+            self.left += 1
 
     def one(self, error: str | None, n: int = 1) -> None:
         with self.lock:
             if error is not None:
                 self.failures.append(error)
             self.left -= n
+            last = self.left == 0 and self.span is not None
+            if self.left == 0 and self.span is None:
+                self.last_at = time.time_ns()
+        if last:
+            self._end(None)
+
+    def started(self, span: Any) -> None:
+        """The span is made: it ends now if every record is reported already."""
+        with self.lock:
+            self.span = span
             last = self.left == 0
         if last:
-            if self.failures:
-                self.span.set_attribute("sluiceway.failed_count", len(self.failures))
-            end_span(self.span, self.failures[0] if self.failures else None)
+            self._end(self.last_at)
+
+    def _end(self, at: int | None) -> None:
+        if self.failures:
+            self.span.set_attribute("sluiceway.failed_count", len(self.failures))
+        end_span(self.span, self.failures[0] if self.failures else None, end_time=at)
+
+
+class _Batch:
+    """The sends of one dispatched batch, on one thread (:meth:`TracedPublisher.batch`). The traced
+    records among them are noted as they are sent; when the batch is handed over, one span is made
+    for all of it, back-dated to the batch's start (the child of the record's span when the batch
+    is that one record, else linking each traced record's span), ended by the last traced
+    record's report."""
+
+    __slots__ = ("contexts", "ending", "first", "publisher", "records", "seen", "start")
+
+    def __init__(self, publisher: TracedPublisher, records: list[MarkedRecord]) -> None:
+        self.publisher, self.records = publisher, records
+        self.contexts: list[Any] = []
+        self.seen: set[tuple[int, int]] = set()
+        self.first: MarkedRecord | None = None
+        self.ending: _Ending | None = None
+        self.start = 0
+
+    def __enter__(self) -> _Batch:
+        self.start = time.time_ns()
+        self.publisher._local.batch = self
+        return self
+
+    def traced(
+        self, record: MarkedRecord, on_done: Callable[[Delivery], None]
+    ) -> tuple[Callable[[Delivery], None], _Ending | None]:
+        """The report to send ``record`` (whose ``traceparent`` is sampled) with, and what it
+        ends; ``on_done`` as is when the header names no trace after all (malformed)."""
+        context = context_of(record.headers)
+        if context is None:
+            return on_done, None
+        if self.ending is None:
+            self.ending, self.first = _Ending(None, 0), record
+        ending = self.ending
+        ids = (context.trace_id, context.span_id)
+        if ids not in self.seen and len(self.contexts) < MAX_LINKS:
+            self.seen.add(ids)
+            self.contexts.append(context)
+        ending.expect()
+
+        def done(delivery: Delivery) -> None:
+            try:
+                on_done(delivery)
+            finally:
+                ending.one(delivery.error)
+
+        return done, ending
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.publisher._local.batch = None
+        if self.ending is None or self.first is None:  # nothing traced in it: no span
+            return
+        topics = {record.topic for record in self.records}
+        self.ending.started(
+            self.publisher._open(self.contexts, len(self.records), topics, self.first, self.start)
+        )
 
 
 class TracedBatchPublisher(TracedPublisher):
@@ -183,9 +293,7 @@ class TracedColumnsPublisher(TracedPublisher):
             self.inner.send_columns(columns, done)  # type: ignore[attr-defined]
             return
         span = self._start(columns.headers, columns.topics, columns.record(0))
-        reported: ColumnsDone = (
-            done if span is None else _TracedDone(done, _Ending(span, len(columns), self._trace))
-        )
+        reported: ColumnsDone = done if span is None else _TracedDone(done, _Ending(span, len(columns)))
         try:
             self.inner.send_columns(columns, reported)  # type: ignore[attr-defined]
         except BaseException as exc:

@@ -18,8 +18,9 @@ from tests.support.otlp import otlp_receiver
 
 pytestmark = pytest.mark.timeout(120)
 
-#: The embedding application: argv[1] ``own`` (it sets up its SDK, exporting to memory) or
-#: ``none`` (no SDK of its own: the harvester's is the process's); argv[2] a work directory.
+#: The embedding application: argv[1] ``own`` (it sets up its SDK, exporting to memory),
+#: ``none`` (no SDK of its own: the harvester's is the process's) or ``batch`` (its own SDK; three
+#: requests stash a row each before one harvester publishes them); argv[2] a work directory.
 APP = """
 import json, sqlite3, sys, time
 from pathlib import Path
@@ -30,7 +31,7 @@ from sluiceway.outbox import init_outbox
 
 mode, work = sys.argv[1], Path(sys.argv[2])
 memory = None
-if mode == "own":
+if mode in ("own", "batch"):
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -60,6 +61,28 @@ def run_once(key):
     conn.close()
     return format(request.get_span_context().span_id, "016x")
 
+if mode == "batch":
+    conn = sqlite3.connect(work / "app.db")
+    requests = []
+    for key in "xyz":
+        with tracer.start_as_current_span("POST /orders/" + key) as request:
+            Stasher().stash(conn, OutboxRecord("orders", key, "{}"))
+        requests.append(format(request.get_span_context().span_id, "016x"))
+    conn.commit()
+    with Harvest(cfg):
+        deadline = time.monotonic() + 30
+        while conn.execute("SELECT count(*) FROM outbox").fetchone()[0]:
+            assert time.monotonic() < deadline, "the outbox did not drain"
+            time.sleep(0.05)
+    spans = [
+        {"name": s.name, "parent": s.parent and format(s.parent.span_id, "016x"),
+         "links": [format(link.context.span_id, "016x") for link in s.links],
+         "count": s.attributes.get("messaging.batch.message_count"),
+         "took": s.end_time - s.start_time}
+        for s in memory.get_finished_spans() if s.name.startswith("publish")
+    ]
+    print(json.dumps({"requests": requests, "spans": spans}))
+    sys.exit(0)
 requests = [run_once("a")]
 with tracer.start_as_current_span("after the harvester stopped"):
     pass
@@ -109,3 +132,12 @@ def test_a_stopped_harvester_leaves_the_process_provider_exporting(tmp_path: Pat
     assert "after the harvester stopped" in names and "POST /orders/b" in names, names
     parents = [s.parent_span_id for s in spans if s.name.startswith("publish")]
     assert parents == [out["requests"][1]], (parents, out["requests"])
+
+
+def test_rows_published_together_record_by_record_are_one_span_linking_each_request(tmp_path: Path) -> None:
+    # The journal's publisher is sent to record by record (as Kafka's is): the three rows, marked
+    # together, are one dispatched batch, and so one publish span that links each row's request.
+    out = run_app("batch", tmp_path, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})
+    (span,) = out["spans"]
+    assert span["parent"] is None and span["count"] == 3, span
+    assert sorted(span["links"]) == sorted(out["requests"]) and span["took"] > 0, span

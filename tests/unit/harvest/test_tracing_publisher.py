@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from sluiceway.harvest.ports import Delivery, SendsMany, is_inline
+from sluiceway.harvest.ports import Delivery, SendsInBatches, SendsMany, is_inline
 from sluiceway.harvest.tracing import TracedBatchPublisher, TracedPublisher, traced
 from sluiceway.outbox.record import MarkedRecord
 
@@ -118,5 +118,67 @@ def test_a_send_refused_at_once_ends_its_span_and_raises(spans: Any) -> None:
 
     with pytest.raises(BufferError):
         traced(Refusing(), tracer, system="kafka").send(record(1, parent(9)), print)
+    (span,) = exporter.get_finished_spans()
+    assert span.status.status_code is StatusCode.ERROR and "queue full" in span.status.description
+
+
+def test_a_batch_sent_record_by_record_is_one_span_ended_by_its_traced_records(spans: Any) -> None:
+    tracer, exporter = spans
+    inner = Held()
+    publisher = traced(inner, tracer, system="kafka")
+    assert isinstance(publisher, SendsInBatches)
+    batch = [record(1, parent(1)), record(2), record(3, parent(3)), record(4, parent(1)), record(5)]
+    reported: list[Delivery] = []
+    with publisher.batch(batch):
+        for r in batch:
+            publisher.send(r, reported.append)
+        inner.sent[0][1](Delivery(inner.sent[0][0]))  # acknowledged before the batch is handed over
+    assert exporter.get_finished_spans() == (), "two traced records still unreported"
+    for i in (1, 4, 3):  # the untraced ones and the third: its report ends nothing
+        inner.sent[i][1](Delivery(inner.sent[i][0]))
+    assert exporter.get_finished_spans() == ()
+    inner.sent[2][1](Delivery(inner.sent[2][0], error="refused"))
+    (span,) = exporter.get_finished_spans()
+    assert [d.record.id for d in reported] == [1, 2, 5, 4, 3], "every report reaches the engine"
+    assert [(link.context.trace_id, link.context.span_id) for link in span.links] == [(1, 1), (3, 3)]
+    assert span.parent is None and span.attributes["messaging.batch.message_count"] == 5
+    assert span.status.status_code is StatusCode.ERROR and span.status.description == "refused"
+    assert [s for s, _ in inner.sent] == batch, "the records go on unchanged, in order"
+
+
+def test_a_batch_of_one_traced_record_is_its_child_and_ends_at_its_report(spans: Any) -> None:
+    tracer, exporter = spans
+    inner = Held()
+    publisher = traced(inner, tracer, system="journal")
+    with publisher.batch([one := record(9, parent(4))]):
+        publisher.send(one, print)
+        sent, done = inner.sent[0]
+        done(Delivery(sent))  # reported while the batch is still being handed over
+    (span,) = exporter.get_finished_spans()
+    assert (span.parent.span_id, span.context.trace_id, span.attributes["messaging.message.id"]) == (
+        4,
+        4,
+        "9",
+    )
+    assert "messaging.batch.message_count" not in span.attributes
+    assert span.start_time <= span.end_time
+
+
+def test_a_batch_nobody_traces_has_no_span_and_a_refusal_inside_one_fails_it(spans: Any) -> None:
+    tracer, exporter = spans
+    with traced(inner := Held(), tracer, system="kafka").batch([record(1), record(2, parent(2, False))]) as b:
+        for r in (record(1), record(2, parent(2, False))):
+            b.publisher.send(r, print)
+    for sent, done in inner.sent:
+        done(Delivery(sent))
+    assert exporter.get_finished_spans() == ()
+
+    class Refusing(Held):
+        def send(self, record: MarkedRecord, on_done: Callable[[Delivery], None]) -> None:
+            raise BufferError("queue full")
+
+    publisher = traced(Refusing(), tracer, system="kafka")
+    with pytest.raises(BufferError), publisher.batch([r := record(1, parent(8)), record(2)]):
+        publisher.send(r, print)
     (span,) = exporter.get_finished_spans()
     assert span.status.status_code is StatusCode.ERROR and "queue full" in span.status.description
