@@ -107,15 +107,7 @@ class TracedPublisher:
         span = self._start([r.headers for r in records], [r.topic for r in records], records[0])
         if span is None:
             return on_done, None
-        ending = _Ending(span, len(records))
-
-        def done(delivery: Delivery) -> None:
-            try:
-                on_done(delivery)
-            finally:
-                ending.one(delivery.error)
-
-        return done, span
+        return _reporting(on_done, _Ending(span, len(records))), span
 
     def _start(self, headers: list[Any], topics: list[str], first: MarkedRecord) -> Any:
         """A started span for the records with these ``headers`` and ``topics`` (``first``: the
@@ -150,6 +142,18 @@ class TracedPublisher:
             self.tracer, f"publish {destination}", contexts, records=count, kind="PRODUCER",
             attributes=attributes, start_time=start_time,
         )  # fmt: skip
+
+
+def _reporting(on_done: Callable[[Delivery], None], ending: _Ending) -> Callable[[Delivery], None]:
+    """``on_done``, and then the record counted as reported towards its span's end."""
+
+    def done(delivery: Delivery) -> None:
+        try:
+            on_done(delivery)
+        finally:
+            ending.one(delivery.error)
+
+    return done
 
 
 class _Ending:
@@ -232,14 +236,7 @@ class _Batch:
             self.seen.add(ids)
             self.contexts.append(context)
         ending.expect()
-
-        def done(delivery: Delivery) -> None:
-            try:
-                on_done(delivery)
-            finally:
-                ending.one(delivery.error)
-
-        return done, ending
+        return _reporting(on_done, ending), ending
 
     def __exit__(self, *exc_info: object) -> None:
         self.publisher._local.batch = None

@@ -48,23 +48,11 @@ cfg = HarvestConfig.from_dict({"harvest": {
 }})
 tracer = trace.get_tracer("shop")
 
-def run_once(key):
-    conn = sqlite3.connect(work / "app.db")
-    with tracer.start_as_current_span("POST /orders/" + key) as request:
-        Stasher().stash(conn, OutboxRecord("orders", key, "{}"))
-    conn.commit()
-    with Harvest(cfg):
-        deadline = time.monotonic() + 30
-        while conn.execute("SELECT count(*) FROM outbox").fetchone()[0]:
-            assert time.monotonic() < deadline, "the outbox did not drain"
-            time.sleep(0.05)
-    conn.close()
-    return format(request.get_span_context().span_id, "016x")
-
-if mode == "batch":
+# A request per key stashes its row, then one harvester publishes them all: the requests' span ids.
+def run_once(*keys):
     conn = sqlite3.connect(work / "app.db")
     requests = []
-    for key in "xyz":
+    for key in keys:
         with tracer.start_as_current_span("POST /orders/" + key) as request:
             Stasher().stash(conn, OutboxRecord("orders", key, "{}"))
         requests.append(format(request.get_span_context().span_id, "016x"))
@@ -74,6 +62,11 @@ if mode == "batch":
         while conn.execute("SELECT count(*) FROM outbox").fetchone()[0]:
             assert time.monotonic() < deadline, "the outbox did not drain"
             time.sleep(0.05)
+    conn.close()
+    return requests
+
+if mode == "batch":
+    requests = run_once("x", "y", "z")
     spans = [
         {"name": s.name, "parent": s.parent and format(s.parent.span_id, "016x"),
          "links": [format(link.context.span_id, "016x") for link in s.links],
@@ -83,10 +76,10 @@ if mode == "batch":
     ]
     print(json.dumps({"requests": requests, "spans": spans}))
     sys.exit(0)
-requests = [run_once("a")]
+requests = run_once("a")
 with tracer.start_as_current_span("after the harvester stopped"):
     pass
-requests.append(run_once("b"))  # a harvester started again in the same process
+requests += run_once("b")  # a harvester started again in the same process
 names = None
 if memory is not None:
     names = [(s.name, s.parent and format(s.parent.span_id, "016x")) for s in memory.get_finished_spans()]
