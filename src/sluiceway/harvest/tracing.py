@@ -34,7 +34,7 @@ from typing import Any
 
 from sluiceway.harvest.ports import ColumnsDone, Delivery, Publisher, SendsColumns, SendsMany, is_inline
 from sluiceway.outbox.record import MarkedRecord, RecordColumns
-from sluiceway.tracing import MAX_LINKS, context_of, continuing, end_span, sampled_contexts, sampled_parent
+from sluiceway.tracing import continuing, end_span, sampled_contexts, sampled_parent
 
 
 def traced(inner: Publisher, tracer: Any, *, system: str) -> Publisher:
@@ -74,12 +74,10 @@ class TracedPublisher:
             return
         batch: _Batch | None = getattr(self._local, "batch", None)
         if batch is not None:
-            done, ending = batch.traced(record, on_done)
             try:
-                self.inner.send(record, done)
+                self.inner.send(record, batch.traced(record, on_done))
             except BaseException as exc:  # refused at once: the engine hears of it; and the span
-                if ending is not None:
-                    ending.one(str(exc))
+                batch.ending.one(str(exc))
                 raise
             return
         done, span = self._span([record], on_done)
@@ -205,14 +203,12 @@ class _Batch:
     is that one record, else linking each traced record's span), ended by the last traced
     record's report."""
 
-    __slots__ = ("contexts", "ending", "first", "publisher", "records", "seen", "start")
+    __slots__ = ("ending", "publisher", "records", "start", "traced_records")
 
     def __init__(self, publisher: TracedPublisher, records: list[MarkedRecord]) -> None:
         self.publisher, self.records = publisher, records
-        self.contexts: list[Any] = []
-        self.seen: set[tuple[int, int]] = set()
-        self.first: MarkedRecord | None = None
-        self.ending: _Ending | None = None
+        self.traced_records: list[MarkedRecord] = []
+        self.ending = _Ending(None, 0)  # its span made at the hand-over
         self.start = 0
 
     def __enter__(self) -> _Batch:
@@ -220,32 +216,20 @@ class _Batch:
         self.publisher._local.batch = self
         return self
 
-    def traced(
-        self, record: MarkedRecord, on_done: Callable[[Delivery], None]
-    ) -> tuple[Callable[[Delivery], None], _Ending | None]:
-        """The report to send ``record`` (whose ``traceparent`` is sampled) with, and what it
-        ends; ``on_done`` as is when the header names no trace after all (malformed)."""
-        context = context_of(record.headers)
-        if context is None:
-            return on_done, None
-        if self.ending is None:
-            self.ending, self.first = _Ending(None, 0), record
-        ending = self.ending
-        ids = (context.trace_id, context.span_id)
-        if ids not in self.seen and len(self.contexts) < MAX_LINKS:
-            self.seen.add(ids)
-            self.contexts.append(context)
-        ending.expect()
-        return _reporting(on_done, ending), ending
+    def traced(self, record: MarkedRecord, on_done: Callable[[Delivery], None]) -> Callable[[Delivery], None]:
+        """The report to send ``record`` (whose ``traceparent`` is sampled) with."""
+        self.traced_records.append(record)
+        self.ending.expect()
+        return _reporting(on_done, self.ending)
 
     def __exit__(self, *exc_info: object) -> None:
         self.publisher._local.batch = None
-        if self.ending is None or self.first is None:  # nothing traced in it: no span
+        contexts = sampled_contexts([record.headers for record in self.traced_records])
+        if not contexts:  # nothing traced in it (or only malformed headers): no span
             return
         topics = {record.topic for record in self.records}
-        self.ending.started(
-            self.publisher._open(self.contexts, len(self.records), topics, self.first, self.start)
-        )
+        first = self.traced_records[0]
+        self.ending.started(self.publisher._open(contexts, len(self.records), topics, first, self.start))
 
 
 class TracedBatchPublisher(TracedPublisher):
