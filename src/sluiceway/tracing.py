@@ -51,7 +51,9 @@ def trace_headers() -> list[tuple[str, str]]:
     """The current span's ``traceparent`` (and ``tracestate``), or ``[]`` when there is no
     recording span (OpenTelemetry not imported, no SDK, no span, or a span not sampled)."""
     trace = sys.modules.get("opentelemetry.trace")
-    if trace is None:  # the application does not use OpenTelemetry: nothing to carry
+    if trace is None or getattr(trace.__spec__, "_initializing", False):
+        # The application does not use OpenTelemetry, or another thread is importing it now (a
+        # half-made module has no get_current_span yet; no span can be current before it is made).
         return []
     span = trace.get_current_span()
     context = span.get_span_context()

@@ -164,3 +164,17 @@ def test_attributes_with_a_trace_of_their_own_take_nothing_from_the_span() -> No
     assert _traced({"traceparent": "00-mine"}, span) == {"traceparent": "00-mine"}
     assert _traced({"team": "a"}, span) == {"team": "a", **span}
     assert _traced(None, span) == span and _traced({"team": "a"}, {}) == {"team": "a"}
+
+
+def test_no_headers_while_another_thread_is_importing_opentelemetry(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An application thread stashes while another imports OpenTelemetry for the first time (redis-py
+    # does, lazily): sys.modules holds the half-made module, without get_current_span yet.
+    import importlib.machinery
+    import sys
+    import types
+
+    half_made = types.ModuleType("opentelemetry.trace")
+    half_made.__spec__ = importlib.machinery.ModuleSpec("opentelemetry.trace", None)
+    half_made.__spec__._initializing = True  # type: ignore[attr-defined]  # as importlib marks it
+    monkeypatch.setitem(sys.modules, "opentelemetry.trace", half_made)
+    assert trace_headers() == []
