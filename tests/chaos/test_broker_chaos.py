@@ -40,27 +40,33 @@ def test_three_harvesters_leader_killed_twice(postgres_dsn: str, place: Place, t
     reapers = [Reaper(config, tmp_path / f"reaper-{i}.log", seed=i) for i in range(3)]
     kills: list[bool] = []  # whether the writers were still writing at each kill
     try:
-        # Slow enough writers that both kills land while records are flowing.
-        writers = Writers(postgres_dsn, TOTAL, KEYS, threads=4, topic=topic, batch=10, pause=0.02).start()
+        # Writers that go on until both kills are done, so that both land while records flow
+        # (with a fixed total, a slow machine's second election could come after the last write).
+        writers = Writers(
+            postgres_dsn, TOTAL, KEYS, threads=4, topic=topic, batch=10, pause=0.02, until_stopped=True
+        ).start()
         for _ in range(2):
             leader = the_leader(reapers)
             before = place.count()
             wait_until(lambda b=before: place.count() > b + 200, timeout=30, message="the leader to publish")
             leader.kill()
-            kills.append(any(t.is_alive() for t in writers._threads))
+            kills.append(writers.writing())
             reapers.append(Reaper(config, tmp_path / f"reaper-{len(reapers)}.log", seed=len(reapers)))
+        writers.stop()
         writers.join()
         wait_until(lambda: outbox_count(postgres_dsn) == 0, timeout=120, message="the outbox to drain")
     finally:
         for r in reapers:
             r.terminate()
-    seen = place.read(expected=TOTAL)
+    total = writers.written
+    assert total >= TOTAL
+    seen = place.read(expected=total)
     dups = check_per_key_order(seqs(seen), writers.expected)
     duplicates = sum(dups.values())
     print(
-        f"\n{place.broker}: {len(seen)} messages for {TOTAL} records, {duplicates} duplicates, kills {kills}"
+        f"\n{place.broker}: {len(seen)} messages for {total} records, {duplicates} duplicates, kills {kills}"
     )
-    assert len(seen) >= TOTAL
+    assert len(seen) >= total
     assert all(kills), "a kill happened after the writers had finished"
     if place.broker == "nats":
         assert duplicates == 0, "JetStream should drop re-sends with a known Nats-Msg-Id"

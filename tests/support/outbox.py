@@ -45,7 +45,11 @@ def outbox_count(dsn: str) -> int:
 class Writers:
     """``threads`` application threads stashing ``total`` records over ``keys`` keys, each record
     carrying its key's sequence number (1, 2, …). A key belongs to one thread, so a key's records
-    are committed in sequence order: causal order that the harvester must keep."""
+    are committed in sequence order: causal order that the harvester must keep.
+
+    ``until_stopped``: each thread goes on writing after its share of ``total`` until ``stop()``,
+    so a test's faults land while records flow however slow the machine (``written`` says how
+    many were committed in all)."""
 
     def __init__(
         self,
@@ -56,9 +60,11 @@ class Writers:
         topic: str = "t",
         batch: int = 20,
         pause: float = 0.0,
+        until_stopped: bool = False,
     ) -> None:
         self.dsn, self.total, self.keys, self.topic = dsn, total, keys, topic
-        self.batch, self.pause = batch, pause
+        self.batch, self.pause, self.until_stopped = batch, pause, until_stopped
+        self._stopped = threading.Event()
         self.expected: dict[str, int] = defaultdict(int)
         self._threads = [
             threading.Thread(target=self._run, args=(i, threads), daemon=True) for i in range(threads)
@@ -69,6 +75,17 @@ class Writers:
         for t in self._threads:
             t.start()
         return self
+
+    def writing(self) -> bool:
+        return any(t.is_alive() for t in self._threads)
+
+    def stop(self) -> None:
+        """An ``until_stopped`` writer's threads end at their next commit (after their share)."""
+        self._stopped.set()
+
+    @property
+    def written(self) -> int:
+        return sum(self.expected.values())
 
     def join(self, timeout: float = 120) -> None:
         for t in self._threads:
@@ -83,16 +100,19 @@ class Writers:
             seq: dict[str, int] = defaultdict(int)
             conn = user_connection(self.dsn)
             stash = Stasher().prepare(conn)
-            for i in range(count):
+            i = 0
+            while i < count or (self.until_stopped and not self._stopped.is_set()):
                 key = my_keys[i % len(my_keys)]
                 seq[key] += 1
                 stash.stash(
                     OutboxRecord(self.topic, key, json.dumps({"seq": seq[key]}), [("writer", str(index))])
                 )
-                if (i + 1) % self.batch == 0 or i == count - 1:
+                i += 1
+                if i % self.batch == 0:
                     conn.commit()
                     if self.pause:
                         time.sleep(self.pause)
+            conn.commit()  # the last, partial batch
             conn.close()
             for key, n in seq.items():
                 self.expected[key] = n
