@@ -324,6 +324,7 @@ SPARK_FREE = frozenset(
         "tests/integration/pipeline/test_lake_tables.py",
         "tests/integration/pipeline/test_postgres_sink.py",
         "tests/integration/pipeline/test_iceberg_read_back.py",
+        "tests/integration/pipeline/test_start_refusals.py",
     }
 )
 LANE = "spark"

@@ -216,6 +216,16 @@ def journal_records(path: Path) -> list[dict[str, Any]]:
         return []
 
 
+def journal_count(path: Path) -> int:
+    """How many records a journal sink holds (its head, committed records being ``[0, head)``),
+    read without opening the journal: cheap enough to poll while a pipeline writes, where
+    :func:`journal_records` decodes every record (a third of a second at 40,000)."""
+    try:
+        return Journal.head_offset(path)
+    except JournalError:  # not created yet
+        return 0
+
+
 def capture_records(path: Path) -> list[dict[str, Any]]:
     """A capture journal's records in the pipeline's shape (``op`` restored from its header)."""
     with Journal.open(path, read_only=True) as journal:
