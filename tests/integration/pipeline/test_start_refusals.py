@@ -15,6 +15,24 @@ from tests.conftest import PG_SERVER, pg_database_dsn
 from tests.support.user_errors import journal_with, one_line, sluice, write_spec
 
 
+def refusal(tmp_path: Path, sink: str) -> str:
+    """The one line of a ``--once`` run of one sink over a small journal, refused before anything
+    was made."""
+    journal_with(tmp_path / "journal", 3)
+    (tmp_path / "orders.yaml").write_text(
+        f"""pipeline:
+  name: orders
+  source: {{type: journal, path: ./journal}}
+  sinks: [{sink}]
+  checkpoint: ./cp
+"""
+    )
+    line = one_line(sluice("pipeline", "run", "orders.yaml", "--once", cwd=tmp_path))
+    assert line.startswith("error: orders.yaml: ")
+    assert not (tmp_path / "cp").exists()
+    return line
+
+
 # --- item 2: a mistyped journal path ------------------------------------------------------------
 def test_a_missing_journal_source_fails_naming_the_path(tmp_path: Path) -> None:
     journal_with(tmp_path / "journal", 3)
@@ -104,22 +122,10 @@ MISSING_DB = f"nosuch_{uuid.uuid4().hex[:8]}"
     ],
 )
 def test_an_unreachable_sink_fails_at_start(tmp_path: Path, sink: str, words: list[str]) -> None:
-    journal_with(tmp_path / "journal", 3)
-    write_spec(
-        tmp_path,
-        f"""pipeline:
-  name: orders
-  source: {{type: journal, path: ./journal}}
-  sinks: [{sink}]
-  checkpoint: ./cp
-""",
-    )
-    line = one_line(sluice("pipeline", "run", "orders.yaml", "--once", cwd=tmp_path))
-    assert line.startswith("error: orders.yaml: ")
+    line = refusal(tmp_path, sink)
     for word in words:
         assert word in line
     assert "offset" not in line  # no record is blamed
-    assert not (tmp_path / "cp").exists()
 
 
 # --- item 10: skip past the end -----------------------------------------------------------------
@@ -196,26 +202,10 @@ def test_a_place_that_cannot_be_written_is_one_line_before_spark_starts(
 
 # --- a table sink set up wrong: a directory that is not a Delta table, a catalog that cannot be
 # reached, a key column the rows will not have -----------------------------------------------------
-def run_table_sink(tmp_path: Path, sink: str) -> str:
-    journal_with(tmp_path / "journal", 3)
-    (tmp_path / "orders.yaml").write_text(
-        f"""pipeline:
-  name: orders
-  source: {{type: journal, path: ./journal}}
-  sinks: [{sink}]
-  checkpoint: ./cp
-"""
-    )
-    line = one_line(sluice("pipeline", "run", "orders.yaml", "--once", cwd=tmp_path))
-    assert line.startswith("error: orders.yaml: ")
-    assert not (tmp_path / "cp").exists()
-    return line
-
-
 def test_a_directory_that_is_not_a_delta_table(tmp_path: Path) -> None:
     (tmp_path / "lake").mkdir()
     (tmp_path / "lake" / "notes.txt").write_text("mine")
-    line = run_table_sink(tmp_path, "{name: lake, type: delta, path: ./lake}")
+    line = refusal(tmp_path, "{name: lake, type: delta, path: ./lake}")
     assert "sink 'lake'" in line and "lake is not a Delta table (no _delta_log)" in line
     assert (tmp_path / "lake" / "notes.txt").read_text() == "mine"
 
@@ -231,14 +221,14 @@ def test_a_directory_that_is_not_a_delta_table(tmp_path: Path) -> None:
     ],
 )
 def test_an_iceberg_catalog_that_cannot_be_reached(tmp_path: Path, catalog: str, words: list[str]) -> None:
-    line = run_table_sink(tmp_path, f"{{name: ice, type: iceberg, table: lake.orders, catalog: {catalog}}}")
+    line = refusal(tmp_path, f"{{name: ice, type: iceberg, table: lake.orders, catalog: {catalog}}}")
     assert "sink 'ice': destination unreachable" in line
     for word in words:
         assert word in line
 
 
 def test_a_mirror_key_the_rows_will_not_have(tmp_path: Path) -> None:
-    line = run_table_sink(tmp_path, "{name: m, type: delta, path: ./m, mode: mirror, key: [id]}")
+    line = refusal(tmp_path, "{name: m, type: delta, path: ./m, mode: mirror, key: [id]}")
     assert "sinks[0].key: no column 'id' in the rows this sink writes" in line
 
 
@@ -246,5 +236,5 @@ def test_an_existing_table_without_the_mirror_key(tmp_path: Path) -> None:
     from deltalake import write_deltalake
 
     write_deltalake(str(tmp_path / "m"), pa.table({"id": [1], "name": ["a"]}))
-    line = run_table_sink(tmp_path, "{name: m, type: delta, path: ./m, mode: mirror}")
+    line = refusal(tmp_path, "{name: m, type: delta, path: ./m, mode: mirror}")
     assert "has no column 'namespace' to mirror on" in line
