@@ -380,3 +380,20 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             super()._reschedule(node)
 
     return SparkLane(config, log)
+
+
+#: Niceness of a worker once it runs a test outside the Spark lane, and of what it starts. Spark
+#: gives a Python worker it starts (a streaming source's runner, a read's planner) 10 s to connect
+#: back, a limit no setting changes: on two loaded cores the other worker's processes could make
+#: the lane's workers miss it ("Python worker failed to connect back"). The lane's tests come first
+#: on their worker, so only the other worker (and the lane's, once the lane is done) yields.
+BESIDE_THE_LANE_NICENESS = 5
+_niced: list[bool] = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _niced or not os.environ.get("PYTEST_XDIST_WORKER") or in_spark_lane(item.nodeid):
+        return
+    os.nice(BESIDE_THE_LANE_NICENESS)
+    _niced.append(True)
