@@ -80,7 +80,8 @@ class Writers:
         return any(t.is_alive() for t in self._threads)
 
     def stop(self) -> None:
-        """An ``until_stopped`` writer's threads end at their next commit (after their share)."""
+        """An ``until_stopped`` writer's threads end after their share and the record in hand,
+        committing what their open transaction holds."""
         self._stopped.set()
 
     @property
